@@ -1,0 +1,192 @@
+"""The database handle: statements compiled once, one driver connection, explicit transactions.
+
+Every statement in ``queries`` is compiled for the backend's dialect when the database is
+opened and run on the driver connection, which keeps it prepared (SQLite's statement cache,
+psycopg's prepared statements). That keeps a durable transition close to the cost of the bare
+INSERT + COMMIT it must contain; an ORM session or SQLAlchemy's per-execute bookkeeping on
+this path would cost several times that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+from sqlalchemy import inspect
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from loopwarden.errors import SchemaVersionError, StoreError
+from loopwarden.store import postgres, queries, sqlite
+from loopwarden.store.schema import SCHEMA_VERSION, metadata
+
+__all__ = ["DEFAULT_URL_PATH", "Database", "Prepared", "default_url", "normalize_url"]
+
+DEFAULT_URL_PATH = os.path.join(".loopwarden", "loopwarden.db")
+NO_LIMIT = 2**62
+
+
+def default_url() -> str:
+    """``LOOPWARDEN_DATABASE_URL``, else ``.loopwarden/loopwarden.db`` in the working directory."""
+    env = os.environ.get("LOOPWARDEN_DATABASE_URL")
+    if env:
+        return normalize_url(env)
+    return "sqlite:///" + os.path.abspath(DEFAULT_URL_PATH)
+
+
+def normalize_url(url: str) -> str:
+    """Accept a plain file path as a SQLite database; pass URLs through."""
+    if "://" in url:
+        if url.startswith(("postgresql://", "postgres://")):
+            return "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+    return "sqlite:///" + os.path.abspath(url)
+
+
+def _backend(url: str) -> ModuleType:
+    if url.startswith("sqlite"):
+        return sqlite
+    if url.startswith("postgresql"):
+        return postgres
+    raise StoreError(
+        f"unsupported database URL {url.split('://', maxsplit=1)[0]}://...; use sqlite:///PATH or "
+        "postgresql+psycopg://USER@HOST/DB"
+    )
+
+
+class Prepared:
+    """One statement compiled for one dialect, with how to order its parameters."""
+
+    __slots__ = ("names", "sql")
+
+    def __init__(self, statement: ClauseElement, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        fixed = [name for name, bp in compiled.binds.items() if not bp.required]
+        if fixed:
+            # A value baked into a statement would be lost: we bind from dicts, not the compiler.
+            raise AssertionError(f"statement binds fixed values {fixed}: use bindparam/null()")
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] | None = (
+            tuple(compiled.positiontup or ()) if compiled.positional else None
+        )
+
+    def bind(self, values: Mapping[str, Any]) -> Any:
+        if self.names is None:
+            return values
+        return tuple(values[n] for n in self.names)
+
+
+class Database:
+    """A loopwarden database. Thread-safe: one connection, used under a lock."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.url = normalize_url(url) if url else default_url()
+        self.backend = _backend(self.url)
+        self._lock = threading.RLock()
+        try:
+            self.engine = self.backend.make_engine(self.url, create=create)
+            self._pooled = self.engine.raw_connection()
+        except SQLAlchemyError as exc:
+            raise self._classify(exc) from None
+        self._driver: Any = self._pooled.driver_connection
+        dialect = self.engine.dialect
+        self._q = {name: Prepared(stmt, dialect) for name, stmt in queries.ALL.items()}
+        try:
+            self._ensure_schema(create)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.backend is sqlite
+
+    def _classify(self, exc: BaseException) -> StoreError:
+        found: StoreError | None = self.backend.classify(exc, self.url)
+        return found or StoreError(f"database error on {self._safe_url()}: {exc}")
+
+    def _safe_url(self) -> str:
+        scheme, _, rest = self.url.partition("://")
+        return f"{scheme}://{rest.split('@')[-1]}"
+
+    def _ensure_schema(self, create: bool) -> None:
+        try:
+            has_meta = inspect(self.engine).has_table("lw_meta")
+            if has_meta:
+                row = self.fetch_one("get_meta", {"key": "schema_version"})
+                found = int(row["value"]) if row else 0
+                if found > SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"the database {self._safe_url()} has schema version {found}, newer "
+                        f"than this loopwarden's {SCHEMA_VERSION}; upgrade loopwarden "
+                        "(nothing was written)"
+                    )
+                if found == SCHEMA_VERSION:
+                    return
+            if not create:
+                raise StoreError(f"{self._safe_url()} is not a loopwarden database")
+            metadata.create_all(self.engine)
+            with self.transaction():
+                if self.fetch_one("get_meta", {"key": "schema_version"}) is None:
+                    self.execute("put_meta", {"key": "schema_version", "value": SCHEMA_VERSION})
+        except SQLAlchemyError as exc:
+            raise self._classify(exc) from None
+        except Exception as exc:
+            if type(exc).__module__.startswith(("sqlite3", "psycopg")):
+                raise self._classify(exc) from None
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite); rolled back on any exception."""
+        with self._lock:
+            self._run(self.backend.BEGIN)
+            try:
+                yield
+                self._run("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._run("ROLLBACK")
+                raise
+
+    def _run(self, sql: str, params: Any = ()) -> Any:
+        try:
+            return self._driver.execute(sql, params)
+        except Exception as exc:
+            if type(exc).__module__.startswith(("sqlite3", "psycopg")):
+                raise self._classify(exc) from exc
+            raise
+
+    def execute(self, name: str, values: Mapping[str, Any]) -> int:
+        """Run a prepared write; the number of rows it touched."""
+        q = self._q[name]
+        with self._lock:
+            return int(self._run(q.sql, q.bind(values)).rowcount)
+
+    def fetch_one(self, name: str, values: Mapping[str, Any]) -> dict[str, Any] | None:
+        q = self._q[name]
+        with self._lock:
+            cursor = self._run(q.sql, q.bind(values))
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            return dict(zip([d[0] for d in cursor.description], row, strict=True))
+
+    def fetch_all(self, name: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        q = self._q[name]
+        with self._lock:
+            cursor = self._run(q.sql, q.bind(values))
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def close(self) -> None:
+        with self._lock:
+            with contextlib.suppress(Exception):
+                self._pooled.close()
+            self.engine.dispose()
