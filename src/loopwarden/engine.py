@@ -33,6 +33,7 @@ from loopwarden.errors import (
     StaleOwnerError,
     UnresolvedReferenceError,
 )
+from loopwarden.hooks.base import StopChecker, StopContext
 from loopwarden.logs import get_logger
 from loopwarden.model import (
     JSON,
@@ -116,12 +117,14 @@ class _Loop:
     prompt: str
     current_prompt: str
     context: JSON
+    context_json: str
     consecutive_failures: int
     stop_retries: int
     scores: tuple[float, ...]
     terminal_reason: TerminalReason | None
     reason: str
     meta: JSON
+    meta_json: str
     created_at: float
     updated_at: float
     epoch: int
@@ -152,12 +155,14 @@ class _Loop:
             prompt=row["prompt"],
             current_prompt=row["current_prompt"],
             context=_loads(row["context"], f"{where}: column context"),
+            context_json=row["context"],
             consecutive_failures=int(row["consecutive_failures"]),
             stop_retries=int(row["stop_retries"]),
             scores=tuple(_loads(row["scores"], f"{where}: column scores")),
             terminal_reason=terminal,
             reason=row["reason"],
             meta=_loads(row["meta"], f"{where}: column meta"),
+            meta_json=row["meta"],
             created_at=float(row["created_at"]),
             updated_at=float(row["updated_at"]),
             epoch=int(row["lease_epoch"]),
@@ -172,13 +177,13 @@ class _Loop:
             "seq": self.seq,
             "config": self.config_json,
             "current_prompt": self.current_prompt,
-            "context": _dumps(self.context),
+            "context": self.context_json,
             "consecutive_failures": self.consecutive_failures,
             "stop_retries": self.stop_retries,
             "scores": _dumps(self.scores),
             "terminal_reason": self.terminal_reason.value if self.terminal_reason else None,
             "reason": self.reason,
-            "meta": _dumps(self.meta),
+            "meta": self.meta_json,
             "updated_at": self.updated_at,
         }
 
@@ -240,6 +245,7 @@ class LoopEngine:
         max_output_chars: int = 1_000_000,
         create: bool = True,
         logger: Any = None,
+        stop_checkers: Sequence[StopChecker] = (),
     ) -> None:
         if lease_ttl <= 0:
             raise ConfigError("lease_ttl", f"must be > 0 seconds, got {lease_ttl}")
@@ -251,6 +257,7 @@ class LoopEngine:
         self.lease_ttl = float(lease_ttl)
         self.max_output_chars = max_output_chars
         self._log = logger if logger is not None else get_logger()
+        self.stop_checkers: builtins.list[StopChecker] = builtins.list(stop_checkers)
         self._lock = threading.RLock()
         self._held: dict[str, _Loop] = {}
         self._pinned: dict[str, int] = {}
@@ -529,12 +536,14 @@ class LoopEngine:
             prompt=prompt,
             current_prompt=prompt,
             context=ctx,
+            context_json=_dumps(ctx),
             consecutive_failures=0,
             stop_retries=0,
             scores=(),
             terminal_reason=None,
             reason="",
             meta=meta,
+            meta_json=_dumps(meta),
             created_at=now,
             updated_at=now,
             epoch=1,
@@ -630,6 +639,7 @@ class LoopEngine:
                 )
             self._require_resolvable(loop)
             stored = self._bound_output(output)
+            context = {**loop.context, **update}
             loop = self._commit(
                 loop,
                 "submit",
@@ -640,7 +650,8 @@ class LoopEngine:
                     "draft_type": draft_type,
                     "context_update": update,
                 },
-                context={**loop.context, **update},
+                context=context,
+                context_json=_dumps(context),
             )
             return self._validate(loop)
 
@@ -690,7 +701,7 @@ class LoopEngine:
             scores=scores,
             hook=hook,
         )
-        evidence = replace(evidence, stop_checks=self._stop_checks(loop, evidence))
+        evidence = replace(evidence, stop_checks=self._stop_checks(loop, evidence, submission))
         loop = self._commit(loop, "evaluate", {"evidence": evidence.to_dict()})
         return self._decide(loop, evidence)
 
@@ -705,10 +716,61 @@ class LoopEngine:
         del loop, submission, report, promises
         return None
 
-    def _stop_checks(self, loop: _Loop, evidence: Evidence) -> tuple[StopCheck, ...]:
-        """Completion checks consulted when the loop is about to complete (none: allowed)."""
-        del loop, evidence
-        return ()
+    def _stop_checkers(self, loop: _Loop) -> builtins.list[StopChecker]:
+        """The checkers consulted for this loop: the engine's own."""
+        del loop
+        return builtins.list(self.stop_checkers)
+
+    def _stop_checks(
+        self, loop: _Loop, evidence: Evidence, submission: Submission
+    ) -> tuple[StopCheck, ...]:
+        """Ask the stop checks when the loop is about to complete; their answers are evidence."""
+        checkers = self._stop_checkers(loop)
+        if not checkers:
+            return ()
+        about_to = decide(evidence, loop.config)
+        if about_to.signal is not Signal.COMPLETE:
+            return ()
+        limit = loop.config.max_stop_retries
+        if loop.stop_retries >= limit:
+            return (
+                StopCheck(
+                    "loopwarden",
+                    True,
+                    f"stop allowed after {loop.stop_retries} vetoes in a row "
+                    f"(max_stop_retries={limit})",
+                    forced=True,
+                ),
+            )
+        context = StopContext(
+            loop_id=loop.id,
+            task_id=loop.task_id,
+            iteration=evidence.iteration,
+            max_iterations=evidence.max_iterations,
+            output=submission.output,
+            stop_reason=about_to.reason,
+            retry_count=loop.stop_retries,
+            report=evidence.report,
+            promises=evidence.promises,
+            files_modified=submission.files_modified,
+            parent_id=loop.parent_id,
+            workdir=loop.config.workdir,
+            context=loop.context,
+            metadata=loop.meta,
+        )
+        answers: builtins.list[StopCheck] = []
+        for checker in checkers:
+            name = getattr(checker, "name", type(checker).__name__)
+            try:
+                answer = checker.check(context)
+            except Exception as exc:
+                self._log.warning("stop_check_failed", loop_id=loop.id, check=name, error=str(exc))
+                answer = StopCheck(
+                    name, True, f"check raised {type(exc).__name__}: {exc}; stop allowed", True
+                )
+            if answer is not None:
+                answers.append(answer)
+        return tuple(answers)
 
     def _decide(self, loop: _Loop, evidence: Evidence) -> Decision:
         """From ``deciding``: apply the decision the stored evidence implies."""

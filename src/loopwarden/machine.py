@@ -123,10 +123,13 @@ def _hint(state: State, trigger: str) -> str:
 def step(loop_id: str, state: State, trigger: str, **kwargs: Any) -> State:
     """The state ``trigger`` moves a loop to from ``state``; InvalidTransitionError if none."""
     cursor = _cursor()
-    MACHINE.set_state(state.value, model=cursor)
+    cursor.state = state.value
+    event = MACHINE.events.get(trigger)
     try:
-        moved = cursor.trigger(trigger, **kwargs)  # type: ignore[attr-defined]
-    except (MachineError, AttributeError):
+        if event is None:
+            raise MachineError(f"unknown trigger {trigger!r}")
+        moved = event.trigger(cursor, **kwargs)
+    except MachineError:
         raise InvalidTransitionError(loop_id, state.value, trigger, _hint(state, trigger)) from None
     if not moved:
         raise InvalidTransitionError(

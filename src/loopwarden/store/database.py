@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from types import ModuleType
 from typing import Any
 
@@ -62,7 +63,7 @@ def _backend(url: str) -> ModuleType:
 class Prepared:
     """One statement compiled for one dialect, with how to order its parameters."""
 
-    __slots__ = ("names", "sql")
+    __slots__ = ("_get", "names", "sql")
 
     def __init__(self, statement: ClauseElement, dialect: Any) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -75,11 +76,15 @@ class Prepared:
         self.names: tuple[str, ...] | None = (
             tuple(compiled.positiontup or ()) if compiled.positional else None
         )
+        names = self.names or ()
+        getter = itemgetter(*names) if names else None
+        # itemgetter of one name returns the value, not a 1-tuple
+        self._get = (lambda v: (getter(v),)) if len(names) == 1 and getter else getter
 
     def bind(self, values: Mapping[str, Any]) -> Any:
-        if self.names is None:
-            return values
-        return tuple(values[n] for n in self.names)
+        if self._get is None:
+            return values if self.names is None else ()
+        return self._get(values)
 
 
 class Database:

@@ -1,6 +1,8 @@
 """The tables, as SQLModel classes. Times are UNIX seconds (floats); JSON is stored as text.
 
-``lw_loops``        one row per loop: its current state and the lease of its owner
+``lw_loops``        one row per loop: its current state and the lease of its owner (no index
+                    on ``state``: it changes on every transition, and an index would be
+                    rewritten each time)
 ``lw_checkpoints``  one immutable row per state entry; ``(loop_id, seq)`` is the key, so a
                     retried write can never record a state entry twice
 ``lw_iterations``   one append-only row per decided iteration, pointing at its checkpoints
@@ -9,7 +11,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Text
+from sqlalchemy import Column, Text
 from sqlmodel import Field, SQLModel
 
 __all__ = ["SCHEMA_VERSION", "CheckpointRow", "IterationRow", "LoopRow", "MetaRow", "metadata"]
@@ -19,8 +21,6 @@ SCHEMA_VERSION = 1
 
 class LoopRow(SQLModel, table=True):
     __tablename__ = "lw_loops"
-    __table_args__ = (Index("ix_lw_loops_state_task", "state", "task_id"),)
-
     id: str = Field(primary_key=True, max_length=64)
     task_id: str = Field(index=True, max_length=200)
     parent_id: str | None = Field(default=None, max_length=64)
