@@ -1,0 +1,1 @@
+"""Integrations with other tools: Claude Code and the MCP server."""
