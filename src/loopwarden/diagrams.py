@@ -50,6 +50,8 @@ def edges() -> list[Edge]:
     for trigger, event in MACHINE.events.items():
         for source, transitions in event.transitions.items():
             for t in transitions:
+                if t.dest is None:  # internal transitions: this machine declares none
+                    continue
                 names = tuple(getattr(c.func, "__name__", str(c.func)) for c in t.conditions)
                 out.append(Edge(source, trigger, t.dest, names))
     return out
