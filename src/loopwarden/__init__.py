@@ -3,7 +3,7 @@
 The public API is what this module exports; everything else is private and may change.
 """
 
-from loopwarden import rules
+from loopwarden import hooks, rules
 from loopwarden.decide import decide
 from loopwarden.engine import LoopEngine, compose_prompt
 from loopwarden.errors import (
@@ -93,6 +93,7 @@ __all__ = [
     "decide",
     "detect_promises",
     "guard",
+    "hooks",
     "rules",
     "safety_guard",
 ]

@@ -34,6 +34,8 @@ from loopwarden.errors import (
     UnresolvedReferenceError,
 )
 from loopwarden.hooks.base import StopChecker, StopContext
+from loopwarden.hooks.registry import HookRegistry, ValidatorChecker
+from loopwarden.hooks.stop import HookContext, HookEvaluation, evaluate_hooks
 from loopwarden.logs import get_logger
 from loopwarden.model import (
     JSON,
@@ -258,6 +260,7 @@ class LoopEngine:
         self.max_output_chars = max_output_chars
         self._log = logger if logger is not None else get_logger()
         self.stop_checkers: builtins.list[StopChecker] = builtins.list(stop_checkers)
+        self.hooks = HookRegistry(self.db)
         self._lock = threading.RLock()
         self._held: dict[str, _Loop] = {}
         self._pinned: dict[str, int] = {}
@@ -665,6 +668,7 @@ class LoopEngine:
         return output[:half] + marker + output[-half:]
 
     def _require_resolvable(self, loop: _Loop) -> None:
+        self.hooks.resolved(loop.task_id)  # raises, naming the first missing hook
         missing = [r.name for r in loop.config.rules if not r.resolvable]
         if missing:
             names = ", ".join(repr(n) for n in missing)
@@ -679,6 +683,7 @@ class LoopEngine:
         submission = Submission(
             output=data["output"],
             draft=data.get("draft"),
+            draft_type=data.get("draft_type"),
             files_modified=tuple(data.get("files_modified", ())),
             context=loop.context,
             iteration=loop.iteration,
@@ -691,7 +696,7 @@ class LoopEngine:
         failures, scores = next_counters(
             loop.consecutive_failures, loop.scores, report, _SCORES_KEPT
         )
-        hook = self._hook_verdict(loop, submission, report, promises)
+        hook, hook_records = self._hook_verdict(loop, submission, report, promises)
         evidence = Evidence(
             iteration=loop.iteration,
             max_iterations=loop.config.max_iterations,
@@ -702,7 +707,9 @@ class LoopEngine:
             hook=hook,
         )
         evidence = replace(evidence, stop_checks=self._stop_checks(loop, evidence, submission))
-        loop = self._commit(loop, "evaluate", {"evidence": evidence.to_dict()})
+        loop = self._commit(
+            loop, "evaluate", {"evidence": evidence.to_dict(), "hooks": hook_records}
+        )
         return self._decide(loop, evidence)
 
     def _hook_verdict(
@@ -711,15 +718,111 @@ class LoopEngine:
         submission: Submission,
         report: ValidationReport,
         promises: tuple[Promise, ...],
-    ) -> HookVerdict | None:
-        """The stop hooks' combined verdict (none registered: None)."""
-        del loop, submission, report, promises
-        return None
+    ) -> tuple[HookVerdict | None, builtins.list[JSON]]:
+        """The task's stop hooks' combined verdict and each hook's record (no hooks: None)."""
+        hooks, _validators = self.hooks.resolved(loop.task_id)
+        if not any(enabled for *_rest, enabled in hooks):
+            return None, []
+        context = HookContext(
+            task_id=loop.task_id,
+            loop_id=loop.id,
+            iteration=loop.iteration,
+            phase=State.VALIDATING.value,
+            agent_output=submission.output,
+            files_modified=submission.files_modified,
+            validation_results=report.results,
+            promises=promises,
+            draft_content=submission.draft,
+            draft_type=submission.draft_type,
+            max_iterations=loop.config.max_iterations,
+            context=loop.context,
+        )
+        evaluation = evaluate_hooks(hooks, context)
+        result = evaluation.result
+        names = {hook_id: name for hook_id, name, _hook, _enabled in hooks}
+        source = "hooks"
+        if evaluation.hook_id:
+            source = f"{names.get(evaluation.hook_id, 'hook')} ({evaluation.hook_id})"
+        verdict = HookVerdict(
+            result.action,
+            result.reason,
+            result.next_prompt,
+            source,
+            dict(result.checkpoint_data) if result.checkpoint_data else None,
+        )
+        return verdict, [r.to_dict() for r in evaluation.records]
+
+    def evaluate_hooks(
+        self,
+        loop_id: str,
+        output: str | None = None,
+        *,
+        files_modified: Sequence[str] = (),
+        draft: str | None = None,
+        draft_type: str | None = None,
+    ) -> HookEvaluation:
+        """Evaluate the task's hooks for the loop's current iteration, changing nothing.
+
+        With ``output`` the rules run on it; without, the iteration's stored output is used
+        (the current one when it was submitted, else the last decided one).
+        """
+        loop, _row = self._load(loop_id)
+        self._require_resolvable(loop)
+        if output is None:
+            stored = self._latest_output(loop)
+            output = stored.get("output", "")
+            files_modified = stored.get("files_modified", ())
+            draft = stored.get("draft")
+            draft_type = stored.get("draft_type")
+        _check_text("output", output)
+        submission = Submission(
+            output=output,
+            draft=draft,
+            files_modified=tuple(files_modified),
+            context=loop.context,
+            iteration=max(loop.iteration, 1),
+            workdir=loop.config.workdir,
+            loop_id=loop.id,
+            task_id=loop.task_id,
+        )
+        report = evaluate_all(loop.config.rules, submission)
+        hooks, _validators = self.hooks.resolved(loop.task_id)
+        context = HookContext(
+            task_id=loop.task_id,
+            loop_id=loop.id,
+            iteration=max(loop.iteration, 1),
+            phase=loop.state.value,
+            agent_output=output,
+            files_modified=tuple(files_modified),
+            validation_results=report.results,
+            promises=tuple(detect_promises(output, loop.config.promise_words)),
+            draft_content=draft,
+            draft_type=draft_type,
+            max_iterations=loop.config.max_iterations,
+            context=loop.context,
+        )
+        return evaluate_hooks(hooks, context)
+
+    def _latest_output(self, loop: _Loop) -> JSON:
+        """The data of the latest ``validating`` checkpoint (empty when none yet)."""
+        if loop.state in (State.VALIDATING, State.DECIDING):
+            seq = loop.seq if loop.state is State.VALIDATING else loop.seq - 1
+            return self._checkpoint_data(loop.id, seq)
+        if loop.last_decided:
+            row = self.db.fetch_one(
+                "last_iteration", {"loop_id": loop.id, "iteration": loop.last_decided}
+            )
+            if row is not None:
+                return self._checkpoint_data(loop.id, int(row["validating_seq"]))
+        return {}
 
     def _stop_checkers(self, loop: _Loop) -> builtins.list[StopChecker]:
-        """The checkers consulted for this loop: the engine's own."""
-        del loop
-        return builtins.list(self.stop_checkers)
+        """The checkers consulted for this loop: the engine's own, then the task's validators."""
+        checkers: builtins.list[StopChecker] = builtins.list(self.stop_checkers)
+        _hooks, validators = self.hooks.resolved(loop.task_id)
+        if validators:
+            checkers.append(ValidatorChecker(validators))
+        return checkers
 
     def _stop_checks(
         self, loop: _Loop, evidence: Evidence, submission: Submission
@@ -798,6 +901,11 @@ class LoopEngine:
             "stop_retries": self._next_stop_retries(loop, evidence, decision),
         }
         data: JSON = {"decision": decision.to_dict(), "reason": decision.reason}
+        extra = evidence.hook.checkpoint_data if evidence.hook else None
+        if extra:
+            context = {**loop.context, **extra}
+            changes.update(context=context, context_json=_dumps(context))
+            loop = replace(loop, context=context)
         if decision.signal is Signal.CONTINUE:
             prompt = compose_prompt(loop.prompt, decision)
             changes.update(iteration=evidence.iteration + 1, current_prompt=prompt, reason="")
@@ -1007,7 +1115,8 @@ class LoopEngine:
             where = f"loop {loop_id}: iteration {row['iteration']}"
             executing = _loads(row["executing_data"], where)
             validating = _loads(row["validating_data"], where)
-            evidence = Evidence.from_dict(_loads(row["deciding_data"], where)["evidence"])
+            deciding = _loads(row["deciding_data"], where)
+            evidence = Evidence.from_dict(deciding["evidence"])
             records.append(
                 IterationRecord(
                     loop_id=loop_id,
@@ -1022,6 +1131,7 @@ class LoopEngine:
                     started_at=float(row["started_at"]),
                     submitted_at=float(row["submitted_at"]),
                     decided_at=float(row["decided_at"]),
+                    hooks=tuple(deciding.get("hooks", ())),
                 )
             )
         return records

@@ -208,6 +208,7 @@ class HookVerdict:
     reason: str = ""
     next_prompt: str | None = None
     source: str = "hooks"
+    checkpoint_data: JSON | None = None
 
     def to_dict(self) -> JSON:
         return {
@@ -215,6 +216,7 @@ class HookVerdict:
             "reason": self.reason,
             "next_prompt": self.next_prompt,
             "source": self.source,
+            "checkpoint_data": self.checkpoint_data,
         }
 
     @classmethod
@@ -224,6 +226,7 @@ class HookVerdict:
             str(data.get("reason", "")),
             data.get("next_prompt"),
             str(data.get("source", "hooks")),
+            data.get("checkpoint_data"),
         )
 
 

@@ -49,6 +49,7 @@ class Submission:
 
     output: str
     draft: str | None = None
+    draft_type: str | None = None
     files_modified: tuple[str, ...] = ()
     context: Mapping[str, Any] = field(default_factory=dict)
     iteration: int = 1

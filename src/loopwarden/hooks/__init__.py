@@ -1,9 +1,59 @@
-"""Stop hooks and completion hooks.
+"""Stop hooks, completion validators and the stop-check contract.
 
-``base`` defines the contract every stop check follows (:class:`StopChecker`): when a loop is
-about to complete, each checker sees a :class:`StopContext` and may veto the stop.
+- In-process stop hooks (:mod:`loopwarden.hooks.stop`): callables answering complete /
+  continue / escalate for each iteration, registered per task with ``engine.hooks``.
+- Completion validators (:mod:`loopwarden.hooks.validators`): consulted when a loop is about
+  to complete; an incomplete answer vetoes the stop.
+- :class:`StopChecker` (:mod:`loopwarden.hooks.base`): the contract both validators and
+  Claude Code-compatible command hooks follow.
 """
 
 from loopwarden.hooks.base import StopChecker, StopContext
+from loopwarden.hooks.registry import HookInfo, HookRegistry
+from loopwarden.hooks.stop import (
+    PRESETS,
+    Hook,
+    HookContext,
+    HookEvaluation,
+    HookRecord,
+    HookResult,
+    all_of,
+    any_of,
+    define_hook,
+    resolve_hook,
+    stop_hook,
+    when,
+)
+from loopwarden.hooks.validators import (
+    CompletionValidator,
+    ValidationOutcome,
+    command_succeeds,
+    define_validator,
+    todos_done,
+    validator,
+)
 
-__all__ = ["StopChecker", "StopContext"]
+__all__ = [
+    "PRESETS",
+    "CompletionValidator",
+    "Hook",
+    "HookContext",
+    "HookEvaluation",
+    "HookInfo",
+    "HookRecord",
+    "HookRegistry",
+    "HookResult",
+    "StopChecker",
+    "StopContext",
+    "ValidationOutcome",
+    "all_of",
+    "any_of",
+    "command_succeeds",
+    "define_hook",
+    "define_validator",
+    "resolve_hook",
+    "stop_hook",
+    "todos_done",
+    "validator",
+    "when",
+]

@@ -12,6 +12,7 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    delete,
     insert,
     literal_column,
     null,
@@ -27,6 +28,7 @@ loops = metadata.tables["lw_loops"]
 checkpoints = metadata.tables["lw_checkpoints"]
 iterations = metadata.tables["lw_iterations"]
 meta = metadata.tables["lw_meta"]
+hooks = metadata.tables["lw_hooks"]
 
 # Columns a transition may change; the rest are fixed at creation.
 MUTABLE = (
@@ -174,6 +176,14 @@ history = (
     .limit(bindparam("limit", type_=Integer))
     .offset(bindparam("offset", type_=Integer))
 )
+
+insert_hook = insert(hooks)
+task_hooks = select(hooks).where(hooks.c.task_id == bindparam("task_id")).order_by(hooks.c.position)
+select_hook = select(hooks).where(hooks.c.id == bindparam("id"))
+set_hook_enabled = (
+    update(hooks).where(hooks.c.id == bindparam("id_")).values(enabled=bindparam("enabled"))
+)
+delete_task_hooks = delete(hooks).where(hooks.c.task_id == bindparam("task_id"))
 
 get_meta = select(meta.c.value).where(meta.c.key == bindparam("key"))
 put_meta = insert(meta)

@@ -6,6 +6,7 @@
 ``lw_checkpoints``  one immutable row per state entry; ``(loop_id, seq)`` is the key, so a
                     retried write can never record a state entry twice
 ``lw_iterations``   one append-only row per decided iteration, pointing at its checkpoints
+``lw_hooks``        stop hooks and completion validators registered per task
 ``lw_meta``         the schema version
 """
 
@@ -14,7 +15,15 @@ from __future__ import annotations
 from sqlalchemy import Column, Text
 from sqlmodel import Field, SQLModel
 
-__all__ = ["SCHEMA_VERSION", "CheckpointRow", "IterationRow", "LoopRow", "MetaRow", "metadata"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointRow",
+    "HookRow",
+    "IterationRow",
+    "LoopRow",
+    "MetaRow",
+    "metadata",
+]
 
 SCHEMA_VERSION = 1
 
@@ -77,6 +86,21 @@ class IterationRow(SQLModel, table=True):
     terminal_reason: str | None = Field(default=None, max_length=40)
     decision: str = Field(sa_column=Column(Text, nullable=False))
     decided_at: float
+
+
+class HookRow(SQLModel, table=True):
+    """A stop hook or completion validator registered for a task, in registration order."""
+
+    __tablename__ = "lw_hooks"
+
+    id: str = Field(primary_key=True, max_length=64)
+    task_id: str = Field(index=True, max_length=200)
+    position: int
+    kind: str = Field(max_length=20)
+    ref: str = Field(sa_column=Column(Text, nullable=False))
+    enabled: bool
+    meta: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: float
 
 
 class MetaRow(SQLModel, table=True):
