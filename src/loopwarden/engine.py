@@ -258,12 +258,17 @@ class LoopEngine:
         self.owner = owner or f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_ttl = float(lease_ttl)
         self.max_output_chars = max_output_chars
-        self._log = logger if logger is not None else get_logger()
+        self._logger = logger
         self.stop_checkers: builtins.list[StopChecker] = builtins.list(stop_checkers)
         self.hooks = HookRegistry(self.db)
         self._lock = threading.RLock()
         self._held: dict[str, _Loop] = {}
         self._pinned: dict[str, int] = {}
+
+    @property
+    def _log(self) -> Any:
+        # Resolved per event so configuring logging after creating the engine still applies.
+        return self._logger if self._logger is not None else get_logger()
 
     # ----- lifecycle -------------------------------------------------------------------------
 
@@ -951,10 +956,12 @@ class LoopEngine:
         state is returned as is.
         """
         with self._owned(loop_id) as loop:
+            if not loop.state.terminal:
+                # Fail now, naming what is missing, rather than at the next submit.
+                self._require_resolvable(loop)
             if loop.state is State.INITIALIZED:
                 loop = self._start(loop)
             elif loop.state is State.VALIDATING:
-                self._require_resolvable(loop)
                 self._validate(loop)
             elif loop.state is State.DECIDING:
                 data = self._checkpoint_data(loop.id, loop.seq)

@@ -1,13 +1,17 @@
 """Structured logs: one event per transition, rendered as JSON or for the console.
 
-loopwarden logs through ``structlog.get_logger("loopwarden")`` and leaves structlog's global
-configuration to the application. :func:`configure_logging` is the one-call set-up that the
-CLI and the MCP server use (always to stderr, so stdout stays the program's own).
+loopwarden logs through structlog and leaves structlog's global configuration to the
+application: once the application has configured structlog, loopwarden's events go wherever it
+said. Until then, loopwarden writes nothing to stdout (it is the program's own, and an MCP
+server's protocol channel): events at ``LOOPWARDEN_LOG_LEVEL`` (default ``warning``) and above
+go to stderr. :func:`configure_logging` is the one-call set-up that the CLI and the MCP
+server use.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, Literal, TextIO
 
@@ -16,9 +20,36 @@ import structlog
 __all__ = ["configure_logging", "get_logger"]
 
 
+_fallback: Any = None
+
+
+def _level(name: str | int) -> int:
+    if isinstance(name, int):
+        return name
+    try:
+        return logging.getLevelNamesMapping()[name.upper()]
+    except KeyError:
+        return logging.WARNING
+
+
 def get_logger() -> Any:
-    """loopwarden's logger (a structlog bound logger, lazily configured)."""
-    return structlog.get_logger("loopwarden")
+    """loopwarden's logger: structlog's when the application configured it, else stderr."""
+    global _fallback
+    if structlog.is_configured():
+        return structlog.get_logger("loopwarden")
+    if _fallback is None:
+        _fallback = structlog.wrap_logger(
+            structlog.PrintLogger(sys.stderr),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.dev.ConsoleRenderer(colors=False),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(
+                _level(os.environ.get("LOOPWARDEN_LOG_LEVEL", "warning"))
+            ),
+        )
+    return _fallback
 
 
 def configure_logging(
@@ -27,7 +58,7 @@ def configure_logging(
     stream: TextIO | None = None,
 ) -> None:
     """Configure structlog for loopwarden's events: ``console`` or ``json``, to ``stream``."""
-    numeric = level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
+    numeric = _level(level)
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
