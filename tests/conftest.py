@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import structlog
@@ -26,8 +27,14 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 @pytest.fixture(autouse=True)
 def _quiet_logs() -> Iterator[None]:
     """Keep structlog's default console output out of test runs; tests capture when they care."""
+    def drop(_logger: object, _name: str, _event: object) -> NoReturn:
+        raise structlog.DropEvent
+
+    # Events reach processors (so structlog.testing.capture_logs sees them) and are dropped.
     structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(40), cache_logger_on_first_use=False
+        processors=[drop],
+        wrapper_class=structlog.make_filtering_bound_logger(10),
+        cache_logger_on_first_use=False,
     )
     yield
     structlog.reset_defaults()
