@@ -565,3 +565,11 @@ class TestDecorator:
         result = resolve_hook("example-decorated")(ctx())
         assert result is not None
         assert result.reason == "decorated"
+
+
+class TestNamesInComposition:
+    def test_presets_by_name(self) -> None:
+        """all_of / any_of accept preset and registered names."""
+        result = all_of("promise", "validation")(ctx(results=(PASS,), promises=(COMPLETE,)))
+        assert result is not None
+        assert result.action is HookAction.COMPLETE

@@ -164,8 +164,10 @@ class _CallableHook(Hook):
         return f"<hook {self.name}>"
 
 
-def as_hook(obj: Hook | Callable[..., Any], name: str | None = None) -> Hook:
-    """A Hook as is; a callable (sync or async) wrapped as one."""
+def as_hook(obj: Hook | Callable[..., Any] | str, name: str | None = None) -> Hook:
+    """A Hook as is; a preset or registered name resolved; a callable wrapped as one."""
+    if isinstance(obj, str):
+        return resolve_hook(obj)
     if isinstance(obj, Hook):
         return obj
     if callable(obj):
@@ -225,17 +227,17 @@ class _When(Hook):
         return self.hook(context) if self.predicate(context) else None
 
 
-def all_of(*hooks: Hook | Callable[..., Any]) -> Hook:
+def all_of(*hooks: Hook | Callable[..., Any] | str) -> Hook:
     """Complete only when every member completes; escalate when any escalates."""
     return _AllOf([as_hook(h) for h in hooks])
 
 
-def any_of(*hooks: Hook | Callable[..., Any]) -> Hook:
+def any_of(*hooks: Hook | Callable[..., Any] | str) -> Hook:
     """Complete when any member completes; escalate when any escalates."""
     return _AnyOf([as_hook(h) for h in hooks])
 
 
-def when(predicate: Callable[[HookContext], bool], hook: Hook | Callable[..., Any]) -> Hook:
+def when(predicate: Callable[[HookContext], bool], hook: Hook | Callable[..., Any] | str) -> Hook:
     """A hook active only while ``predicate(context)`` holds (else it abstains)."""
     return _When(predicate, as_hook(hook))
 
