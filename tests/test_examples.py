@@ -21,3 +21,15 @@ class TestExamples:
         )
         assert "stopped: escalated_by_hook" in out.stdout
         assert "iteration 5: ESCALATE" in out.stdout
+
+    def test_embedded_loop_example_completes(self) -> None:
+        """examples/embedded_loop.py rejects the early claim, then completes at iteration 2."""
+        out = subprocess.run(
+            [sys.executable, str(EXAMPLES / "embedded_loop.py")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert "completion claim rejected" in out.stdout
+        assert "final state: completed (completed) after 2 iterations" in out.stdout
