@@ -31,6 +31,7 @@ from loopwarden.errors import (
     LeaseHeldError,
     LoopNotFoundError,
     StaleOwnerError,
+    StoreError,
     UnresolvedReferenceError,
 )
 from loopwarden.hooks.base import StopChecker, StopContext
@@ -54,6 +55,7 @@ from loopwarden.model import (
     ValidationReport,
 )
 from loopwarden.promises import detect_promises
+from loopwarden.replay import ReplayResult, override_config, replay_decisions
 from loopwarden.rules import Submission, evaluate_all
 from loopwarden.store import SCHEMA_VERSION, Database
 from loopwarden.store.database import NO_LIMIT
@@ -1111,19 +1113,34 @@ class LoopEngine:
         )
         return [_Loop.from_row(r).snapshot() for r in rows]
 
-    def history(self, loop_id: str) -> builtins.list[IterationRecord]:
-        """Every decided iteration: prompt, output, report, promises, decision and times."""
+    def _history_rows(self, loop_id: str) -> Iterator[tuple[Mapping[str, Any], JSON, JSON, JSON]]:
+        """Each decided iteration's row with its executing, validating and deciding data.
+
+        After ``prune`` the checkpoints are gone and their data comes back empty.
+        """
         self._load(loop_id)
         rows = self.db.fetch_all(
             "history", {"loop_id": loop_id, "first": 0, "limit": NO_LIMIT, "offset": 0}
         )
-        records = []
         for row in rows:
             where = f"loop {loop_id}: iteration {row['iteration']}"
-            executing = _loads(row["executing_data"], where)
-            validating = _loads(row["validating_data"], where)
-            deciding = _loads(row["deciding_data"], where)
-            evidence = Evidence.from_dict(deciding["evidence"])
+            parts = [
+                _loads(row[key], where) if row[key] is not None else {}
+                for key in ("executing_data", "validating_data", "deciding_data")
+            ]
+            yield row, parts[0], parts[1], parts[2]
+
+    def history(self, loop_id: str) -> builtins.list[IterationRecord]:
+        """Every decided iteration: prompt, output, report, promises, decision and times."""
+        records = []
+        for row, executing, validating, deciding in self._history_rows(loop_id):
+            where = f"loop {loop_id}: iteration {row['iteration']}"
+            decision = Decision.from_dict(_loads(row["decision"], where))
+            evidence = (
+                Evidence.from_dict(deciding["evidence"])
+                if "evidence" in deciding
+                else Evidence(decision.iteration, 0)
+            )
             records.append(
                 IterationRecord(
                     loop_id=loop_id,
@@ -1134,14 +1151,233 @@ class LoopEngine:
                     draft=validating.get("draft"),
                     report=evidence.report,
                     promises=evidence.promises,
-                    decision=Decision.from_dict(_loads(row["decision"], where)),
-                    started_at=float(row["started_at"]),
-                    submitted_at=float(row["submitted_at"]),
+                    decision=decision,
+                    started_at=float(row["started_at"] or row["decided_at"]),
+                    submitted_at=float(row["submitted_at"] or row["decided_at"]),
                     decided_at=float(row["decided_at"]),
                     hooks=tuple(deciding.get("hooks", ())),
                 )
             )
         return records
+
+    # ----- the guard laboratory: replay, fork, prune -----------------------------------------
+
+    def replay(
+        self, loop_id: str, config_overrides: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> ReplayResult:
+        """Re-decide a recorded loop's iterations under other guard settings (nothing runs).
+
+        ``engine.replay(loop_id, {"circuit_breaker_threshold": 5})`` returns each recorded
+        decision beside the one the new settings give, and ``summary()`` says where the
+        outcome would have differed. Promises are detected again in the stored outputs, so
+        changed promise words take effect too.
+        """
+        loop = self._load(loop_id)[0]
+        changes = {**(config_overrides or {}), **overrides}
+        new_words = override_config(loop.config, changes).promise_words
+        recorded: builtins.list[tuple[Evidence, Decision]] = []
+        for row, _executing, validating, deciding in self._history_rows(loop_id):
+            if "evidence" not in deciding:
+                raise StoreError(
+                    f"loop {loop_id}: iteration {row['iteration']} was pruned; its evidence "
+                    "is gone and it cannot be replayed"
+                )
+            evidence = Evidence.from_dict(deciding["evidence"])
+            if "output" in validating:
+                found = detect_promises(validating["output"], new_words)
+                evidence = replace(evidence, promises=tuple(found))
+            decision = Decision.from_dict(_loads(row["decision"], f"loop {loop_id}"))
+            recorded.append((evidence, decision))
+        return replay_decisions(loop_id, loop.config, changes, recorded)
+
+    def fork(
+        self,
+        loop_id: str,
+        seq: int | None = None,
+        *,
+        prompt: str | None = None,
+        config: LoopConfig | None = None,
+        note: str | None = None,
+    ) -> LoopSnapshot:
+        """A new loop that starts from checkpoint ``seq`` of ``loop_id`` (default: the latest).
+
+        The new loop has the original's checkpoints and decided iterations up to that point,
+        enters the checkpoint's state, and records its parent loop and checkpoint in its
+        metadata and in its first new checkpoint. ``prompt`` replaces the base prompt (and the
+        current one when forking from ``executing``); ``config`` replaces the configuration.
+        The original is not touched.
+        """
+        _check_text("prompt", prompt, optional=True)
+        _check_text("note", note, optional=True)
+        with self._lock:
+            parent = self._load(loop_id)[0]
+            cps = self.db.fetch_all("list_checkpoints", {"loop_id": loop_id})
+            seq = parent.seq if seq is None else seq
+            by_seq = {int(r["seq"]): r for r in cps}
+            if seq not in by_seq:
+                have = f"{min(by_seq)}..{max(by_seq)}" if by_seq else "none"
+                raise ConfigError(
+                    "seq", f"loop {loop_id} has no checkpoint {seq} (it has {have}; pruned?)"
+                )
+            if any(s not in by_seq for s in range(1, seq)):
+                raise ConfigError("seq", f"loop {loop_id} was pruned below checkpoint {seq}")
+            target = self._checkpoint(by_seq[seq])
+            iterations = [
+                r
+                for r in self.db.fetch_all("loop_iterations", {"loop_id": loop_id})
+                if int(r["decided_seq"]) <= seq
+            ]
+            state = target.state
+            context: JSON = {}
+            current_prompt = parent.prompt
+            for s in range(1, seq + 1):
+                data = self._checkpoint(by_seq[s]).data
+                if "context" in data and isinstance(data["context"], dict):
+                    context = dict(data["context"])
+                if isinstance(data.get("context_update"), dict):
+                    context.update(data["context_update"])
+                if "prompt" in data and by_seq[s]["state"] == State.EXECUTING.value:
+                    current_prompt = str(data["prompt"])
+            last_decision: Decision | None = None
+            failures: int = 0
+            scores: tuple[float, ...] = ()
+            if iterations:
+                last_decision = Decision.from_dict(_loads(iterations[-1]["decision"], loop_id))
+                last_evidence = self._checkpoint(by_seq[int(iterations[-1]["deciding_seq"])])
+                ev = Evidence.from_dict(last_evidence.data["evidence"])
+                failures, scores = ev.consecutive_failures, ev.scores
+            base_prompt = parent.prompt if prompt is None else prompt
+            if prompt is not None and state is State.EXECUTING:
+                current_prompt = compose_prompt(prompt, last_decision, note)
+            elif note and state is State.EXECUTING:
+                current_prompt = compose_prompt(current_prompt, None, note)
+            new_config = config if config is not None else parent.config
+            if not isinstance(new_config, LoopConfig):
+                raise ConfigError("config", "must be a LoopConfig")
+            if new_config.workdir is None:
+                new_config = new_config.with_changes(workdir=parent.config.workdir)
+            terminal_reason, reason = None, ""
+            if state.terminal:
+                decided = target.data.get("decision")
+                if isinstance(decided, dict) and decided.get("terminal_reason"):
+                    terminal_reason = TerminalReason(decided["terminal_reason"])
+                    reason = str(decided.get("reason", ""))
+                else:
+                    terminal_reason = TerminalReason.BLOCKED_BY_USER
+                    reason = str(target.data.get("reason", ""))
+            new_id = uuid.uuid4().hex
+            now = time.time()
+            fork_info = {"parent_loop_id": loop_id, "parent_seq": seq}
+            meta = {**parent.meta, "fork": fork_info}
+            row = {
+                "id": new_id,
+                "task_id": parent.task_id,
+                "parent_id": parent.parent_id,
+                "state": state.value,
+                "iteration": target.iteration,
+                "last_decided": int(iterations[-1]["iteration"]) if iterations else 0,
+                "max_iterations": new_config.max_iterations,
+                "seq": seq,
+                "config": _dumps(new_config.to_dict()),
+                "prompt": base_prompt,
+                "current_prompt": current_prompt,
+                "context": _dumps(context),
+                "consecutive_failures": failures,
+                "stop_retries": 0,
+                "scores": _dumps(scores),
+                "terminal_reason": terminal_reason.value if terminal_reason else None,
+                "reason": reason,
+                "meta": _dumps(meta),
+                "created_at": now,
+                "updated_at": now,
+                "lease_owner": None,
+                "lease_epoch": 0,
+                "lease_expires": 0.0,
+                "lease_pid": None,
+                "lease_host": None,
+            }
+            copied = [{**r, "loop_id": new_id} for s, r in sorted(by_seq.items()) if s < seq]
+            fork_data = {**target.data, "fork": fork_info}
+            if state is State.EXECUTING:
+                fork_data.update(prompt=current_prompt, context=context)
+            if note:
+                fork_data["note"] = note
+            fork_point = {
+                "loop_id": new_id,
+                "seq": seq,
+                "state": state.value,
+                "iteration": target.iteration,
+                "trigger": "fork",
+                "schema_version": SCHEMA_VERSION,
+                "created_at": now,
+                "owner": self.owner,
+                "data": _dumps(fork_data),
+            }
+            with self.db.transaction():
+                self.db.execute("insert_loop", row)
+                self.db.execute_many("insert_checkpoint", copied)
+                self.db.execute("insert_checkpoint", fork_point)
+                self.db.execute_many(
+                    "insert_iteration", [{**r, "loop_id": new_id} for r in iterations]
+                )
+            self._log.info(
+                "fork", loop_id=new_id, parent_loop_id=loop_id, parent_seq=seq, state=state.value
+            )
+            return self.get(new_id)
+
+    def rewind(
+        self, loop_id: str, seq: int, *, prompt: str | None = None, note: str | None = None
+    ) -> LoopSnapshot:
+        """Fork from checkpoint ``seq`` and block the original if it is still live.
+
+        The original is kept (blocked by the user, its reason naming the new loop), so only
+        one of the two is driven on.
+        """
+        fork = self.fork(loop_id, seq, prompt=prompt, note=note)
+        if not self.get(loop_id).terminal:
+            self.block(loop_id, f"rewound to checkpoint {seq} as loop {fork.id}")
+        return fork
+
+    def prune(self, older_than: float, *, now: float | None = None) -> JSON:
+        """Delete old checkpoints of finished loops, keeping each loop's outcome and history.
+
+        For every completed, blocked or escalated loop last changed more than ``older_than``
+        seconds ago, every checkpoint but the last is deleted (outputs and evidence go with
+        them); iteration summaries (signal, score, reason) and the outcome stay. Returns the
+        pruned loop ids and how many checkpoints were deleted.
+        """
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            raise ConfigError("older_than", f"must be a number of seconds, got {older_than!r}")
+        if older_than < 0:
+            raise ConfigError("older_than", f"must be >= 0 seconds, got {older_than}")
+        cutoff = (time.time() if now is None else now) - older_than
+        pruned: builtins.list[str] = []
+        deleted = 0
+        for candidate in self.db.fetch_all("prunable_loops", {"cutoff": cutoff}):
+            with self._owned(candidate["id"]) as loop:
+                if not loop.state.terminal or loop.meta.get("pruned_at"):
+                    continue
+                new = replace(loop, meta={**loop.meta, "pruned_at": time.time()})
+                new = replace(new, meta_json=_dumps(new.meta))
+                params = new.columns()
+                params.update(
+                    id_=loop.id,
+                    owner_=self.owner,
+                    epoch_=loop.epoch,
+                    old_seq_=loop.seq,
+                    lease_expires=time.time() + self.lease_ttl,
+                )
+                params["updated_at"] = loop.updated_at  # pruning is not activity
+                with self.db.transaction():
+                    if self.db.execute("update_loop", params) != 1:
+                        raise self._stale(loop, "prune")
+                    deleted += self.db.execute(
+                        "delete_checkpoints_below", {"loop_id": loop.id, "below": loop.seq}
+                    )
+                self._held[loop.id] = new
+                pruned.append(loop.id)
+        self._log.info("prune", loops=len(pruned), checkpoints_deleted=deleted)
+        return {"loops": pruned, "checkpoints_deleted": deleted, "cutoff": cutoff}
 
     def checkpoints(self, loop_id: str) -> builtins.list[CheckpointInfo]:
         """Every checkpoint of a loop, in order: one per state entered."""

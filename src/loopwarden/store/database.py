@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from types import ModuleType
 from typing import Any
@@ -173,6 +173,19 @@ class Database:
         q = self._q[name]
         with self._lock:
             return int(self._run(q.sql, q.bind(values)).rowcount)
+
+    def execute_many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run a prepared write once per row (inside the caller's transaction)."""
+        if not rows:
+            return
+        q = self._q[name]
+        with self._lock:
+            try:
+                self._driver.cursor().executemany(q.sql, [q.bind(r) for r in rows])
+            except Exception as exc:
+                if type(exc).__module__.startswith(("sqlite3", "psycopg")):
+                    raise self._classify(exc) from exc
+                raise
 
     def fetch_one(self, name: str, values: Mapping[str, Any]) -> dict[str, Any] | None:
         q = self._q[name]

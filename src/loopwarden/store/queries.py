@@ -8,6 +8,7 @@ modulo parameter style.
 from __future__ import annotations
 
 from sqlalchemy import (
+    Float,
     Integer,
     String,
     and_,
@@ -147,20 +148,20 @@ history = (
         _decid.c.data.label("deciding_data"),
     )
     .select_from(
-        iterations.join(
+        iterations.outerjoin(
             _exec,
             and_(
                 _exec.c.loop_id == iterations.c.loop_id, _exec.c.seq == iterations.c.executing_seq
             ),
         )
-        .join(
+        .outerjoin(
             _valid,
             and_(
                 _valid.c.loop_id == iterations.c.loop_id,
                 _valid.c.seq == iterations.c.validating_seq,
             ),
         )
-        .join(
+        .outerjoin(
             _decid,
             and_(
                 _decid.c.loop_id == iterations.c.loop_id,
@@ -184,6 +185,27 @@ set_hook_enabled = (
     update(hooks).where(hooks.c.id == bindparam("id_")).values(enabled=bindparam("enabled"))
 )
 delete_task_hooks = delete(hooks).where(hooks.c.task_id == bindparam("task_id"))
+
+loop_iterations = (
+    select(iterations)
+    .where(iterations.c.loop_id == bindparam("loop_id"))
+    .order_by(iterations.c.iteration)
+)
+
+_TERMINAL = ("completed", "blocked", "escalated")
+
+# Retention: finished loops last touched before a cutoff, and their older checkpoints.
+prunable_loops = (
+    select(loops.c.id)
+    .where(
+        loops.c.state.in_([literal_column(f"'{s}'") for s in _TERMINAL]),
+        loops.c.updated_at < bindparam("cutoff", type_=Float),
+    )
+    .order_by(loops.c.updated_at)
+)
+delete_checkpoints_below = delete(checkpoints).where(
+    checkpoints.c.loop_id == bindparam("loop_id"), checkpoints.c.seq < bindparam("below")
+)
 
 get_meta = select(meta.c.value).where(meta.c.key == bindparam("key"))
 put_meta = insert(meta)
