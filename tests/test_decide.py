@@ -431,11 +431,6 @@ class TestFeedback:
         assert sum(len(f) for f in d.feedback[:-1]) <= 2500
         assert len(d.feedback) < 10
 
-    @pytest.mark.xfail(
-        reason="BUG: bound_feedback appends its '(N more feedback items omitted)' note after "
-        "the limit is already used, so the total exceeds feedback_limit by up to ~40 chars",
-        strict=True,
-    )
     def test_feedback_total_never_exceeds_the_limit(self) -> None:
         """The whole feedback, omission note included, fits within feedback_limit."""
         r = report(*["failed"] * 10, messages=["x" * 1000] * 10)

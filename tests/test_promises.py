@@ -54,11 +54,6 @@ class TestRecognisedPromises:
         text = "<promise>COMPLETE</promise>\nthen\n<promise>BLOCKED</promise>"
         assert kinds(text) == [Signal.COMPLETE, Signal.BLOCKED]
 
-    @pytest.mark.xfail(
-        reason="BUG: a second promise on the same line is swallowed into the first's reason "
-        "(_TAG's trailing [^\\n]* group consumes the rest of the line)",
-        strict=True,
-    )
     def test_two_promises_on_one_line(self) -> None:
         """Two promises on one line are both found, so a BLOCKED one cannot be hidden."""
         text = "<promise>COMPLETE</promise> and <promise>BLOCKED</promise>"
@@ -96,11 +91,6 @@ class TestReasons:
         """A bare tag has an empty reason."""
         assert detect_promises("<promise>COMPLETE:</promise>")[0].reason == ""
 
-    @pytest.mark.xfail(
-        reason="BUG: a '<' in the reason inside the tag makes the whole promise unrecognised "
-        "(_TAG's inner group is [^<]*)",
-        strict=True,
-    )
     def test_reason_may_contain_a_less_than_sign(self) -> None:
         """A reason like 'needs python < 3.12' does not hide the promise."""
         assert detect_promises("<promise>BLOCKED: needs python < 3.12</promise>") == [

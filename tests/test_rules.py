@@ -49,11 +49,6 @@ class TestCommandRule:
         assert result.message.endswith("the-last-line")
         assert len(result.message) < 2000
 
-    @pytest.mark.xfail(
-        reason="BUG: Rule.evaluate tails the message again, cutting off the 'exit status N' "
-        "line CommandRule puts before an already-tailed long output",
-        strict=True,
-    )
     def test_long_output_keeps_the_exit_status(self) -> None:
         """Even with long output the message still says the exit status."""
         code = "import sys; print('x' * 5000); sys.exit(3)"

@@ -63,17 +63,26 @@ def rule_feedback(report: ValidationReport) -> list[str]:
 
 def bound_feedback(items: Iterable[str], limit: int) -> tuple[str, ...]:
     """Keep feedback within ``limit`` characters in all, saying how much was left out."""
+    def omitted(count: int) -> str:
+        return f"({count} more feedback items omitted)"
+
     out: list[str] = []
     used = 0
     items = [i for i in items if i]
     for n, item in enumerate(items):
-        room = limit - used
-        if room <= 40:
-            out.append(f"({len(items) - n} more feedback items omitted)")
-            break
-        kept = item if len(item) <= room else item[: room - 1] + "…"
-        out.append(kept)
-        used += len(kept)
+        after = len(items) - n - 1
+        room = limit - used - (len(omitted(after)) if after else 0)
+        if len(item) <= room:
+            out.append(item)
+            used += len(item)
+            continue
+        if room > 40:  # worth keeping the start of this item
+            out.append(item[: room - 1] + "…")
+            if after:
+                out.append(omitted(after))
+        elif used + len(omitted(after + 1)) <= limit:
+            out.append(omitted(after + 1))
+        break
     return tuple(out)
 
 

@@ -63,8 +63,6 @@ from loopwarden.store.database import NO_LIMIT
 __all__ = ["LoopEngine", "compose_prompt"]
 
 _HOST = socket.gethostname()
-# Scores kept on the loop row: enough for any regression window a config may use.
-_SCORES_KEPT = 50
 
 
 def _dumps(value: Any) -> str:
@@ -701,7 +699,7 @@ class LoopEngine:
         report = evaluate_all(loop.config.rules, submission)
         promises = tuple(detect_promises(submission.output, loop.config.promise_words))
         failures, scores = next_counters(
-            loop.consecutive_failures, loop.scores, report, _SCORES_KEPT
+            loop.consecutive_failures, loop.scores, report, loop.config.regression_window
         )
         hook, hook_records = self._hook_verdict(loop, submission, report, promises)
         evidence = Evidence(

@@ -29,9 +29,12 @@ _FENCE = re.compile(
     re.DOTALL | re.MULTILINE,
 )
 _INLINE_CODE = re.compile(r"(?P<ticks>`+)(?!`).+?(?<!`)(?P=ticks)(?!`)", re.DOTALL)
+# The reason inside the tag may hold any text but the closing tag; the reason after the tag
+# runs to the end of the line or to the next promise on the same line.
 _TAG = re.compile(
-    r"<promise>\s*(?P<word>[A-Za-z0-9_]+)(?P<inner>(?:[\s:][^<]*)?)</promise>(?P<after>[^\n]*)",
-    re.IGNORECASE,
+    r"<promise>\s*(?P<word>[A-Za-z0-9_]+)(?P<inner>(?:[\s:](?:(?!</promise>).)*?)?)</promise>"
+    r"(?P<after>(?:(?!<promise>)[^\n])*)",
+    re.IGNORECASE | re.DOTALL,
 )
 
 

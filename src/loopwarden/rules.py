@@ -63,6 +63,16 @@ def _tail(text: str, limit: int = _MESSAGE_LIMIT) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
+def _bound(message: str, limit: int = _MESSAGE_LIMIT) -> str:
+    """Bound a message, keeping its first line (the verdict) and the tail (the evidence)."""
+    message = message.strip()
+    if len(message) <= limit:
+        return message
+    first, _, rest = message.partition("\n")
+    first = first[: limit // 2]
+    return first + "\n" + _tail(rest, limit - len(first) - 2)
+
+
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(
@@ -98,7 +108,7 @@ class Rule(ABC):
             status, message = self.check(submission)
         except Exception as exc:
             status, message = RuleStatus.ERRORED, f"{type(exc).__name__}: {exc}"
-        return RuleResult(self.name, status, _tail(message), time.perf_counter() - started)
+        return RuleResult(self.name, status, _bound(message), time.perf_counter() - started)
 
 
 @dataclass(frozen=True, slots=True)
