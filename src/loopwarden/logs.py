@@ -10,6 +10,7 @@ server use.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -18,9 +19,6 @@ from typing import Any, Literal, TextIO
 import structlog
 
 __all__ = ["configure_logging", "get_logger"]
-
-
-_fallback: Any = None
 
 
 def _level(name: str | int) -> int:
@@ -32,24 +30,26 @@ def _level(name: str | int) -> int:
         return logging.WARNING
 
 
+@functools.cache
+def _fallback() -> Any:
+    return structlog.wrap_logger(
+        structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            _level(os.environ.get("LOOPWARDEN_LOG_LEVEL", "warning"))
+        ),
+    )
+
+
 def get_logger() -> Any:
     """loopwarden's logger: structlog's when the application configured it, else stderr."""
-    global _fallback
     if structlog.is_configured():
         return structlog.get_logger("loopwarden")
-    if _fallback is None:
-        _fallback = structlog.wrap_logger(
-            structlog.PrintLogger(sys.stderr),
-            processors=[
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-                structlog.dev.ConsoleRenderer(colors=False),
-            ],
-            wrapper_class=structlog.make_filtering_bound_logger(
-                _level(os.environ.get("LOOPWARDEN_LOG_LEVEL", "warning"))
-            ),
-        )
-    return _fallback
+    return _fallback()
 
 
 def configure_logging(
