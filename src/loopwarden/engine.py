@@ -65,8 +65,7 @@ __all__ = ["LoopEngine", "compose_prompt"]
 _HOST = socket.gethostname()
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _loads(text: str, what: str) -> Any:

@@ -41,6 +41,14 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "start", "source": State.INITIALIZED.value, "dest": State.EXECUTING.value},
     {"trigger": "submit", "source": State.EXECUTING.value, "dest": State.VALIDATING.value},
     {"trigger": "evaluate", "source": State.VALIDATING.value, "dest": State.DECIDING.value},
+    # CONTINUE first: transitions tries a trigger's transitions in order, and it is the
+    # common case.
+    {
+        "trigger": "decide",
+        "source": State.DECIDING.value,
+        "dest": State.EXECUTING.value,
+        "conditions": [_signal_is(Signal.CONTINUE)],
+    },
     {
         "trigger": "decide",
         "source": State.DECIDING.value,
@@ -58,12 +66,6 @@ TRANSITIONS: list[dict[str, Any]] = [
         "source": State.DECIDING.value,
         "dest": State.ESCALATED.value,
         "conditions": [_signal_is(Signal.ESCALATE)],
-    },
-    {
-        "trigger": "decide",
-        "source": State.DECIDING.value,
-        "dest": State.EXECUTING.value,
-        "conditions": [_signal_is(Signal.CONTINUE)],
     },
     {"trigger": "block", "source": _LIVE, "dest": State.BLOCKED.value},
     {
