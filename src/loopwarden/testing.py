@@ -28,6 +28,12 @@ The strategies:
   with a config (iteration within the limit, one result per configured rule, counters that
   agree with the report).
 
+For whole loops, :class:`LoopHarness` is a stateful test base that drives a real engine with
+random outputs, rule results, restarts, blocks and reopens, checking the engine's invariants
+after every step; subclass it to add your guard's or hook's own properties. The pytest
+fixture ``loopwarden_engine`` (a fresh engine on a temporary SQLite file) comes with the
+package's pytest plugin, loaded automatically when loopwarden is installed.
+
 hypothesis is a development dependency of loopwarden (the ``dev`` extra), not a runtime one:
 importing this module needs it installed; importing :mod:`loopwarden` does not. This module
 does not import pytest.
@@ -36,15 +42,24 @@ does not import pytest.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import string
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from loopwarden import diagrams as _diagrams
 from loopwarden import rules as _rules
+from loopwarden.engine import LoopEngine
+from loopwarden.errors import InvalidTransitionError
 from loopwarden.model import (
     CompletionPolicy,
+    Decision,
     Evidence,
     HookAction,
     HookVerdict,
@@ -61,6 +76,7 @@ from loopwarden.promises import DEFAULT_WORDS
 
 __all__ = [
     "AnnotatedOutput",
+    "LoopHarness",
     "agent_outputs",
     "annotated_outputs",
     "configs",
@@ -517,3 +533,120 @@ def configs_and_evidence(
     """A config and evidence consistent with it, for properties of ``decide``."""
     base = configs() if configs_strategy is None else configs_strategy
     return base.flatmap(lambda c: _evidence_for(c).map(lambda e: (c, e)))
+
+
+# ----- a stateful harness for property-testing guards and hooks against the engine ----------
+
+
+class LoopHarness(RuleBasedStateMachine):
+    """A hypothesis state machine that drives a real engine; subclass it to test your guards.
+
+    It runs one loop on a temporary SQLite file and, step by step, submits agent outputs
+    (from :meth:`output_strategy`) whose rule result the harness controls (one predicate
+    rule, ``harness-rule``, passes or fails as drawn), restarts the engine (a new process
+    would see the same database), blocks and reopens. After every step it checks the
+    engine's invariants:
+
+    - never more decided iterations than the loop's max_iterations;
+    - consecutive checkpoints follow the machine's edges, with contiguous ``seq``;
+    - a terminal state absorbs: submit raises InvalidTransitionError;
+    - a decision has a terminal reason exactly when its signal is not CONTINUE;
+    - iteration numbers in history are contiguous from 1.
+
+    Override :meth:`make_config`, :meth:`register_hooks`, :meth:`output_strategy` and
+    :meth:`check_decision` (your own property, called with every decision and the evidence
+    the engine used), and add ``@invariant()`` methods of your own. Use it in pytest as
+    ``TestMyGuard = MyHarness.TestCase``.
+    """
+
+    task_id = "HARNESS"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dir = tempfile.mkdtemp(prefix="loopwarden-harness-")
+        self.url = f"sqlite:///{os.path.join(self._dir, 'harness.db')}"
+        self.passes = True
+        _rules.predicate("harness-rule", self._rule)
+        self.engine = LoopEngine(self.url)
+        self.register_hooks(self.engine)
+        config = self.make_config()
+        if not any(r.name == "harness-rule" for r in config.rules):
+            config = config.with_changes(
+                rules=(*config.rules, _rules.predicate("harness-rule", self._rule))
+            )
+        self.loop_id = self.engine.start(self.task_id, config, prompt="harness").id
+        self.decisions: list[Decision] = []
+
+    def _rule(self, _submission: _rules.Submission) -> tuple[bool, str]:
+        return self.passes, "harness says pass" if self.passes else "harness says fail"
+
+    # ----- what subclasses override -----------------------------------------------------
+
+    def make_config(self) -> LoopConfig:
+        """The loop's configuration (a predicate rule ``harness-rule`` is added to it)."""
+        return LoopConfig(max_iterations=6, circuit_breaker_threshold=3)
+
+    def register_hooks(self, engine: LoopEngine) -> None:
+        """Register the stop hooks / validators under test for ``self.task_id``."""
+
+    def output_strategy(self) -> st.SearchStrategy[str]:
+        """The agent outputs to submit."""
+        return agent_outputs()
+
+    def check_decision(self, decision: Decision, evidence: Evidence) -> None:
+        """Your property of each decision; raise AssertionError when it does not hold."""
+
+    # ----- steps -------------------------------------------------------------------------
+
+    @rule(data=st.data(), passes=st.booleans())
+    def submit(self, data: st.DataObject, passes: bool) -> None:
+        """Submit one output with the drawn rule result."""
+        snapshot = self.engine.get(self.loop_id)
+        output = data.draw(self.output_strategy(), label="output")
+        self.passes = passes
+        if snapshot.terminal:
+            try:
+                self.engine.submit(self.loop_id, output)
+            except InvalidTransitionError:
+                return
+            raise AssertionError(f"a {snapshot.state.value} loop accepted a submit")
+        decision = self.engine.submit(self.loop_id, output)
+        self.decisions.append(decision)
+        assert (decision.terminal_reason is None) == (decision.signal is Signal.CONTINUE)
+        deciding = [c for c in self.engine.checkpoints(self.loop_id) if c.state.value == "deciding"]
+        evidence = Evidence.from_dict(deciding[-1].data["evidence"])
+        self.check_decision(decision, evidence)
+
+    @rule()
+    def restart(self) -> None:
+        """Close the engine and open a new one on the same database, then resume."""
+        self.engine.close()
+        self.engine = LoopEngine(self.url)
+        self.engine.resume(self.loop_id)
+
+    @rule(extra=st.integers(min_value=1, max_value=3))
+    def block_and_reopen(self, extra: int) -> None:
+        """A human blocks the loop (if live) and reopens it with more iterations."""
+        if not self.engine.get(self.loop_id).terminal:
+            self.engine.block(self.loop_id, "harness")
+        if self.engine.get(self.loop_id).state.value != "completed":
+            self.engine.reopen(self.loop_id, extra_iterations=extra, note="harness reopen")
+
+    # ----- the engine's invariants ------------------------------------------------------
+
+    @invariant()
+    def engine_invariants(self) -> None:
+        """Budget, machine edges, contiguous checkpoints and iterations."""
+        snapshot = self.engine.get(self.loop_id)
+        history = self.engine.history(self.loop_id)
+        assert len(history) <= snapshot.max_iterations
+        assert [r.iteration for r in history] == list(range(1, len(history) + 1))
+        cps = self.engine.checkpoints(self.loop_id)
+        assert [c.seq for c in cps] == list(range(1, len(cps) + 1))
+        edges = {(e.source, e.trigger, e.dest) for e in _diagrams.edges()}
+        for prev, cur in pairwise(cps):
+            assert (prev.state.value, cur.trigger, cur.state.value) in edges, (prev, cur)
+
+    def teardown(self) -> None:
+        self.engine.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
