@@ -1059,6 +1059,178 @@ def diagram(
         _console().print(f"wrote {output}")
 
 
+# ----- the guard laboratory -----------------------------------------------------------------
+
+
+@app.command()
+def replay(
+    loop_id: LoopIdArgument,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", metavar="N", min=1, help="Budget.")
+    ] = None,
+    circuit_breaker: Annotated[
+        int | None,
+        typer.Option("--circuit-breaker", metavar="N", min=1, help="Failures in a row."),
+    ] = None,
+    regression_window: Annotated[
+        int | None, typer.Option("--regression-window", metavar="N", min=2)
+    ] = None,
+    regression_min_drop: Annotated[
+        float | None, typer.Option("--regression-min-drop", metavar="POINTS", min=0)
+    ] = None,
+    completion: Annotated[
+        str | None,
+        typer.Option("--completion", metavar="POLICY", help="promise_and_rules, promise, rules."),
+    ] = None,
+    completion_promise: Annotated[
+        list[str] | None,
+        typer.Option("--completion-promise", metavar="WORD", help="Completion word(s)."),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-decide a recorded loop under other guard settings (nothing runs) and compare."""
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("max_iterations", max_iterations),
+            ("circuit_breaker_threshold", circuit_breaker),
+            ("regression_window", regression_window),
+            ("regression_min_drop", regression_min_drop),
+            ("completion", completion),
+            ("completion_promises", completion_promise or None),
+        )
+        if value is not None
+    }
+    engine = _open(db, create=False, as_json=as_json)
+    with _errors(as_json):
+        result = engine.replay(_resolve(engine, loop_id).id, overrides)
+    engine.close()
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    console = _console()
+    table = Table(title=f"replay of {result.loop_id}", show_lines=False)
+    for column in ("iter", "score", "recorded", "replayed", ""):
+        table.add_column(column)
+    for step in result.steps:
+        recorded = step.original.signal.value
+        if step.original.terminal_reason:
+            recorded += f" ({step.original.terminal_reason.value})"
+        replayed = step.replayed.signal.value
+        if step.replayed.terminal_reason:
+            replayed += f" ({step.replayed.terminal_reason.value})"
+        table.add_row(
+            str(step.iteration),
+            _score(step.original.score),
+            recorded,
+            replayed,
+            "≠" if step.differs else "",
+        )
+    console.print(table)
+    console.print(result.summary())
+
+
+@app.command()
+def checkpoints(loop_id: LoopIdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """A loop's checkpoints: one per state it entered (seq, state, iteration, trigger, time)."""
+    engine = _open(db, create=False, as_json=as_json)
+    with _errors(as_json):
+        found = engine.checkpoints(_resolve(engine, loop_id).id)
+    engine.close()
+    if as_json:
+        _emit_json([{k: v for k, v in c.to_dict().items() if k != "data"} for c in found])
+        return
+    table = Table(title=f"checkpoints of {found[0].loop_id}" if found else "checkpoints")
+    for column in ("seq", "state", "iteration", "trigger", "at"):
+        table.add_column(column)
+    for c in found:
+        table.add_row(str(c.seq), c.state.value, str(c.iteration), c.trigger, _when(c.created_at))
+    _console().print(table)
+
+
+@app.command()
+def fork(
+    loop_id: LoopIdArgument,
+    seq: Annotated[
+        int | None,
+        typer.Option("--seq", metavar="N", min=1, help="Checkpoint to fork from (default: last)."),
+    ] = None,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", metavar="TEXT", help="A new base prompt.")
+    ] = None,
+    note: Annotated[
+        str | None, typer.Option("--note", metavar="TEXT", help="Feedback for the next iteration.")
+    ] = None,
+    rewind_original: Annotated[
+        bool, typer.Option("--rewind", help="Also block the original if it is still live.")
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a new loop from any checkpoint of LOOP_ID (the original is kept)."""
+    engine = _open(db, create=False, as_json=as_json)
+    with _errors(as_json):
+        original = _resolve(engine, loop_id).id
+        if rewind_original:
+            if seq is None:
+                _fail("--rewind needs --seq: the checkpoint to rewind to", as_json=as_json)
+            s = engine.rewind(original, seq, prompt=prompt, note=note)
+        else:
+            s = engine.fork(original, seq, prompt=prompt, note=note)
+    engine.close()
+    if as_json:
+        _emit_json(s.to_dict())
+    else:
+        _console().print(
+            f"forked loop {s.id} from {original} checkpoint {s.metadata['fork']['parent_seq']}: "
+            f"{s.state.value}, iteration {s.iteration}; continue with: loopwarden resume {s.id}"
+        )
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> float:
+    """Seconds from an age like ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of seconds."""
+    text = text.strip().lower()
+    unit = text[-1:] if text[-1:] in _AGE_UNITS else "s"
+    number = text[:-1] if text[-1:] in _AGE_UNITS else text
+    try:
+        value = float(number)
+    except ValueError:
+        raise ConfigError(
+            "--older-than", f"expected an age like 30d, 12h, 90m or 45s, got {text!r}"
+        ) from None
+    if value < 0:
+        raise ConfigError("--older-than", f"must not be negative, got {text!r}")
+    return value * _AGE_UNITS[unit]
+
+
+@app.command()
+def prune(
+    older_than: Annotated[
+        str, typer.Option("--older-than", metavar="AGE", help="e.g. 30d, 12h, 90m, 45s.")
+    ],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete old checkpoints of finished loops, keeping their outcome and history summary."""
+    with _errors(as_json):
+        seconds = parse_age(older_than)
+    engine = _open(db, create=False, as_json=as_json)
+    with _errors(as_json):
+        report = engine.prune(seconds)
+    engine.close()
+    if as_json:
+        _emit_json(report)
+    else:
+        _console().print(
+            f"pruned {len(report['loops'])} loop(s) finished before {_when(report['cutoff'])}: "
+            f"{report['checkpoints_deleted']} checkpoint(s) deleted"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``loopwarden`` console script."""
     command = typer.main.get_command(app)
