@@ -210,12 +210,12 @@ class TestPresets:
             assert result.action is HookAction.ESCALATE
 
     def test_default_then_validation(self) -> None:
-        """default without promises: all pass completes, failures continue with them as reason."""
+        """default without promises: all pass completes, failures continue naming them."""
         assert resolve_hook("default")(ctx(results=(PASS,))).action is HookAction.COMPLETE
         result = resolve_hook("default")(ctx(results=(PASS, FAIL)))
         assert result is not None
         assert result.action is HookAction.CONTINUE
-        assert "2 failed" in result.reason
+        assert result.reason == "1 of 2 validation rules failing: tests"
 
     def test_default_without_rules_or_promises_continues(self) -> None:
         """default with nothing to judge continues."""

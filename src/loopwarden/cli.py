@@ -1059,6 +1059,19 @@ def diagram(
         _console().print(f"wrote {output}")
 
 
+@app.command()
+def mcp(
+    db: DbOption = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", metavar="LEVEL", help="Log level (logs go to stderr).")
+    ] = "info",
+) -> None:
+    """Serve the iteration and stop-hook tools over MCP on stdio (see docs/mcp.md)."""
+    from loopwarden.integrations.mcp_server import serve
+
+    serve(db, log_level=log_level)
+
+
 # ----- the guard laboratory -----------------------------------------------------------------
 
 

@@ -782,6 +782,7 @@ class LoopEngine:
         submission = Submission(
             output=output,
             draft=draft,
+            draft_type=draft_type,
             files_modified=tuple(files_modified),
             context=loop.context,
             iteration=max(loop.iteration, 1),
@@ -858,6 +859,7 @@ class LoopEngine:
             stop_reason=about_to.reason,
             retry_count=loop.stop_retries,
             report=evidence.report,
+            prompt=loop.current_prompt,
             promises=evidence.promises,
             files_modified=submission.files_modified,
             parent_id=loop.parent_id,
@@ -1046,6 +1048,67 @@ class LoopEngine:
             )
             return self._snapshot(loop)
 
+    def _rewrite(
+        self, loop: _Loop, new: _Loop, what: str, also: tuple[str, JSON] | None = None
+    ) -> tuple[_Loop, int]:
+        """Write a changed loop row that enters no state (no checkpoint), fenced like any write.
+
+        ``also`` is one more statement to run in the same transaction; its row count is
+        returned with the new loop.
+        """
+        touched = 0
+        params = new.columns()
+        params.update(
+            id_=loop.id,
+            owner_=self.owner,
+            epoch_=loop.epoch,
+            old_seq_=loop.seq,
+            lease_expires=time.time() + self.lease_ttl,
+        )
+        with self.db.transaction():
+            if self.db.execute("update_loop", params) != 1:
+                self._held.pop(loop.id, None)
+                raise self._stale(loop, what)
+            if also is not None:
+                touched = self.db.execute(*also)
+        self._held[loop.id] = new
+        return new, touched
+
+    def update_metadata(self, loop_id: str, patch: Mapping[str, Any]) -> LoopSnapshot:
+        """Merge ``patch`` into the loop's metadata (a key set to None is removed).
+
+        Metadata is the orchestrator's own record (an agent command, a session binding, which
+        completion hooks have fired); it never affects a decision.
+        """
+        if not isinstance(patch, Mapping):
+            raise ConfigError("metadata", f"must be a JSON object, got {type(patch).__name__}")
+        _check_json("metadata", dict(patch))
+        with self._owned(loop_id) as loop:
+            meta = {**loop.meta, **patch}
+            meta = {k: v for k, v in meta.items() if v is not None}
+            new = replace(loop, meta=meta, meta_json=_dumps(meta), updated_at=loop.updated_at)
+            return self._snapshot(self._rewrite(loop, new, "update_metadata")[0])
+
+    def update_context(self, loop_id: str, update: Mapping[str, Any]) -> LoopSnapshot:
+        """Merge ``update`` into a live loop's agent context between submits."""
+        if not isinstance(update, Mapping):
+            raise ConfigError("context", f"must be a JSON object, got {type(update).__name__}")
+        _check_json("context", dict(update))
+        with self._owned(loop_id) as loop:
+            if loop.state.terminal:
+                raise InvalidTransitionError(
+                    loop.id, loop.state.value, "update_context", "the loop has finished"
+                )
+            context = {**loop.context, **update}
+            new = replace(loop, context=context, context_json=_dumps(context))
+            return self._snapshot(self._rewrite(loop, new, "update_context")[0])
+
+    def scores(self, loop_id: str) -> builtins.list[float]:
+        """Every decided iteration's score, in order (cheap: no outputs are read)."""
+        self._load(loop_id)
+        rows = self.db.fetch_all("loop_iterations", {"loop_id": loop_id})
+        return [float(r["score"]) for r in rows]
+
     def set_max_iterations(self, loop_id: str, max_iterations: int) -> LoopSnapshot:
         """Change a live loop's iteration budget (not below the iteration it is in)."""
         with self._owned(loop_id) as loop:
@@ -1066,20 +1129,7 @@ class LoopEngine:
                 )
             config = loop.config.with_changes(max_iterations=max_iterations)
             new = replace(loop, config=config, config_json=_dumps(config.to_dict()))
-            params = new.columns()
-            params.update(
-                id_=loop.id,
-                owner_=self.owner,
-                epoch_=loop.epoch,
-                old_seq_=loop.seq,
-                lease_expires=time.time() + self.lease_ttl,
-            )
-            with self.db.transaction():
-                if self.db.execute("update_loop", params) != 1:
-                    self._held.pop(loop.id, None)
-                    raise self._stale(loop, "set_max_iterations")
-            self._held[loop.id] = new
-            return self._snapshot(new)
+            return self._snapshot(self._rewrite(loop, new, "set_max_iterations")[0])
 
     # ----- reading ---------------------------------------------------------------------------
 
@@ -1352,26 +1402,13 @@ class LoopEngine:
         deleted = 0
         for candidate in self.db.fetch_all("prunable_loops", {"cutoff": cutoff}):
             with self._owned(candidate["id"]) as loop:
-                if not loop.state.terminal or loop.meta.get("pruned_at"):
+                if not loop.state.terminal:
                     continue
-                new = replace(loop, meta={**loop.meta, "pruned_at": time.time()})
-                new = replace(new, meta_json=_dumps(new.meta))
-                params = new.columns()
-                params.update(
-                    id_=loop.id,
-                    owner_=self.owner,
-                    epoch_=loop.epoch,
-                    old_seq_=loop.seq,
-                    lease_expires=time.time() + self.lease_ttl,
-                )
-                params["updated_at"] = loop.updated_at  # pruning is not activity
-                with self.db.transaction():
-                    if self.db.execute("update_loop", params) != 1:
-                        raise self._stale(loop, "prune")
-                    deleted += self.db.execute(
-                        "delete_checkpoints_below", {"loop_id": loop.id, "below": loop.seq}
-                    )
-                self._held[loop.id] = new
+                meta = {**loop.meta, "pruned_at": time.time()}
+                # updated_at is kept: pruning is not activity.
+                new = replace(loop, meta=meta, meta_json=_dumps(meta))
+                delete = ("delete_checkpoints_below", {"loop_id": loop.id, "below": loop.seq})
+                deleted += self._rewrite(loop, new, "prune", also=delete)[1]
                 pruned.append(loop.id)
         self._log.info("prune", loops=len(pruned), checkpoints_deleted=deleted)
         return {"loops": pruned, "checkpoints_deleted": deleted, "cutoff": cutoff}

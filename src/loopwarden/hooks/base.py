@@ -36,6 +36,7 @@ class StopContext:
     workdir: str | None = None
     context: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    prompt: str = ""
 
     @property
     def stop_hook_active(self) -> bool:

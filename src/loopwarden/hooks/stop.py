@@ -264,9 +264,10 @@ def _validation_verdict(context: HookContext) -> HookResult:
     failed = [r for r in results if not r.passed]
     if not failed:
         return HookResult(HookAction.COMPLETE, f"all {len(results)} validation rules passed")
+    # The failing rules' messages are already the iteration's feedback; name them only.
+    names = ", ".join(r.name for r in failed)
     return HookResult(
-        HookAction.CONTINUE,
-        "; ".join(f"{r.name}: {(r.message or r.status).splitlines()[0]}" for r in failed),
+        HookAction.CONTINUE, f"{len(failed)} of {len(results)} validation rules failing: {names}"
     )
 
 
