@@ -406,6 +406,23 @@ class TestCompletionHooks:
         assert payload["agent_command"] == Path(sys.executable).name
         assert loop_id in payload["log_tail"]
 
+    def test_hooks_fire_once_per_outcome(self, db_url: str, tmp_path: Path) -> None:
+        """Resume of a finished loop fires its hooks only if they never fired for that end."""
+        calls = tmp_path / "calls.txt"
+        hook = tmp_path / "hook.py"
+        hook.write_text(
+            f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write('x\\n')\n"
+        )
+        hook.chmod(0o755)
+        loop_id = _finished_loop(db_url, tmp_path, "--on-complete", str(hook))
+        assert calls.read_text().count("x") == 1
+        assert invoke("resume", loop_id, "--db", db_url).exit_code == 0
+        assert calls.read_text().count("x") == 1
+        with LoopEngine(db_url) as engine:  # as if run died between the end and its hooks
+            engine.update_metadata(loop_id, {"completion_hooks_fired_seq": None})
+        assert invoke("resume", loop_id, "--db", db_url).exit_code == 0
+        assert calls.read_text().count("x") == 2
+
     def test_missing_hook_is_a_warning(self, db_url: str, tmp_path: Path) -> None:
         """A missing hook script warns on stderr and changes nothing else."""
         agent = make_agent(tmp_path, "print('<promise>BLOCKED</promise>')")

@@ -479,7 +479,7 @@ def _payload(
 ) -> dict[str, Any]:
     scores: list[float] = []
     with contextlib.suppress(Exception):
-        scores = [r.score for r in engine.history(outcome.loop_id)][-100:]
+        scores = engine.scores(outcome.loop_id)[-100:]
     return completion.build_payload(
         loop_id=outcome.loop_id,
         task_id=outcome.task_id,
@@ -515,7 +515,13 @@ def _drive(
     except LeaseHeldError as exc:
         engine.close()
         _fail(str(exc), ExitCode.BUSY, as_json=as_json)
-    if not outcome.already_finished:
+    # A terminal outcome fires the completion hooks once: the loop's metadata records the
+    # checkpoint they fired for, so a run killed between the end and the hooks fires them
+    # on resume, and a resume of a loop whose hooks already fired does not fire them again.
+    snapshot = outcome.snapshot
+    fired_for = snapshot.metadata.get("completion_hooks_fired_seq") if snapshot else None
+    terminal = snapshot is not None and snapshot.terminal
+    if not (terminal and snapshot is not None and fired_for == snapshot.seq):
         payload = _payload(engine, outcome, settings, runner.log)
         completion.fire(
             payload,
@@ -525,6 +531,9 @@ def _drive(
             cwd=settings.workdir,
             warn=_warn,
         )
+        if terminal and snapshot is not None:
+            with contextlib.suppress(LoopwardenError):
+                engine.update_metadata(snapshot.id, {"completion_hooks_fired_seq": snapshot.seq})
     engine.close()
     raise typer.Exit(int(outcome.exit_code))
 
