@@ -216,6 +216,24 @@ class TestKillAndResume:
         assert cli("resume", loop_id, "--db", db, cwd=tmp_path).returncode == 0
 
 
+class TestBlockWhileRunning:
+    def test_block_stops_a_running_agent(self, tmp_path: Path, db: str) -> None:
+        """`loopwarden block` during an agent run stops the agent and the run exits 4 promptly."""
+        agent = make_agent(tmp_path, "time.sleep(60)\nprint('wip')\n")
+        proc = spawn("run", "--agent", agent, "--prompt", "go", "--db", db, "--json", cwd=tmp_path)
+        started = read_until(proc, lambda e: e.get("event") == "started" or "loop_id" in e)
+        loop_id = started[0]["loop_id"]
+        time.sleep(0.5)
+        blocked = cli("block", loop_id, "--reason", "stop now", "--db", db, cwd=tmp_path)
+        assert blocked.returncode == 0, blocked.stderr
+        began = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 4, stderr
+        assert time.monotonic() - began < 15
+        state = json.loads(cli("status", loop_id, "--db", db, "--json", cwd=tmp_path).stdout)
+        assert (state["state"], state["terminal_reason"]) == ("blocked", "blocked_by_user")
+
+
 class TestCompletionHookProcess:
     """--on-complete scripts as real processes."""
 

@@ -265,3 +265,28 @@ class TestResult:
         result = ProcessResult(("x",), 0, "", "", 0.0)
         with pytest.raises(AttributeError):
             result.returncode = 1  # type: ignore[misc]
+
+
+class TestCancel:
+    def test_cancel_stops_the_group_at_once(self) -> None:
+        """Setting the cancel event kills the process group and says cancelled, not timed out."""
+        import threading
+
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        started = time.monotonic()
+        result = run([sys.executable, "-c", "import time; time.sleep(30)"], cancel=cancel)
+        assert time.monotonic() - started < 10
+        assert result.cancelled
+        assert not result.timed_out
+        assert result.returncode is None
+        assert not result.ok
+        assert "cancelled" in result.describe()
+
+    def test_unset_cancel_changes_nothing(self) -> None:
+        """With a cancel event that is never set, the command runs to its end."""
+        import threading
+
+        result = run([sys.executable, "-c", "print('done')"], cancel=threading.Event())
+        assert result.ok
+        assert result.stdout.strip() == "done"

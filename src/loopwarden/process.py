@@ -48,10 +48,11 @@ class ProcessResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     error: str | None = None
+    cancelled: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and self.error is None
+        return self.returncode == 0 and not self.timed_out and not self.cancelled and not self.error
 
     def describe(self) -> str:
         """One line: how the process ended."""
@@ -60,6 +61,8 @@ class ProcessResult:
             return self.error
         if self.timed_out:
             return f"{name} timed out after {self.duration:.1f}s and was killed"
+        if self.cancelled:
+            return f"{name} was stopped after {self.duration:.1f}s (cancelled)"
         return f"{name} exited with status {self.returncode}"
 
 
@@ -149,12 +152,14 @@ def run(
     max_output: int = DEFAULT_MAX_OUTPUT,
     keep: Literal["head", "tail"] = "head",
     grace: float = 2.0,
+    cancel: threading.Event | None = None,
 ) -> ProcessResult:
     """Run a command to completion and return what it did; never raises for the child's sake.
 
     ``argv`` is an argument list; a string is accepted only with ``shell=True``. On timeout
-    the process group gets SIGTERM, then SIGKILL after ``grace`` seconds. ``keep`` chooses
-    whether the head or the tail of an over-long output is kept.
+    the process group gets SIGTERM, then SIGKILL after ``grace`` seconds; setting ``cancel``
+    does the same at once (the result says ``cancelled``). ``keep`` chooses whether the head
+    or the tail of an over-long output is kept.
     """
     if isinstance(argv, str):
         if not shell:
@@ -200,10 +205,20 @@ def run(
         threading.Thread(target=_feed, args=(proc.stdin, data), daemon=True).start()
 
     timed_out = False
+    cancelled = False
     try:
-        proc.wait(timeout=timeout)
+        if cancel is None:
+            proc.wait(timeout=timeout)
+        else:
+            deadline = None if timeout is None else started + timeout
+            while proc.poll() is None:
+                if cancel.wait(0.05):
+                    cancelled = True
+                    raise subprocess.TimeoutExpired(args, timeout or 0.0)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(args, timeout or 0.0)
     except subprocess.TimeoutExpired:
-        timed_out = True
+        timed_out = not cancelled
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=grace)
@@ -222,18 +237,19 @@ def run(
         _signal_group(proc.pid, signal.SIGKILL)
         for capture in (out, err):
             capture.thread.join(_DRAIN_WAIT)
-    if timed_out:
+    if timed_out or cancelled:
         _signal_group(proc.pid, signal.SIGKILL)
     for pipe in (proc.stdout, proc.stderr):
         with contextlib.suppress(OSError):
             pipe.close()
     return ProcessResult(
         shown,
-        None if timed_out else proc.returncode,
+        None if timed_out or cancelled else proc.returncode,
         out.text(),
         err.text(),
         time.monotonic() - started,
         timed_out=timed_out,
         stdout_truncated=out.truncated or out.thread.is_alive(),
         stderr_truncated=err.truncated or err.thread.is_alive(),
+        cancelled=cancelled,
     )

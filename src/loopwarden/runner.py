@@ -496,6 +496,8 @@ class _Heartbeat:
         self.loop_id = loop_id
         self.interval = interval
         self.lost: str | None = None
+        # Set when the lease is lost (a `loopwarden block` takes it): stops a running agent.
+        self.lost_event = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loopwarden-heartbeat", daemon=True)
         self._thread.start()
@@ -506,6 +508,7 @@ class _Heartbeat:
                 self.engine.renew(self.loop_id)
             except StaleOwnerError as exc:
                 self.lost = str(exc)
+                self.lost_event.set()
                 return
             except Exception as exc:  # a busy database: try again on the next beat
                 get_logger().warning("lease_renew_failed", loop_id=self.loop_id, error=str(exc))
@@ -566,7 +569,7 @@ class Runner:
     def _held(self, loop_id: str) -> Iterator[_Heartbeat]:
         with self.engine.hold(loop_id):
             beat = _Heartbeat(
-                self.engine, loop_id, self.heartbeat or max(0.05, self.engine.lease_ttl / 3)
+                self.engine, loop_id, self.heartbeat or max(0.05, min(2.0, self.engine.lease_ttl / 3))
             )
             try:
                 yield beat
@@ -586,7 +589,7 @@ class Runner:
             self.emit(
                 AgentStarted(loop_id, snapshot.iteration, snapshot.max_iterations, time.time())
             )
-            agent, output = self._run_agent(snapshot)
+            agent, output = self._run_agent(snapshot, beat.lost_event)
             self.emit(AgentFinished(loop_id, snapshot.iteration, snapshot.max_iterations, agent))
             if beat.lost is not None:
                 return self._after_lost_lease(loop_id, beat.lost)
@@ -606,7 +609,9 @@ class Runner:
             return snapshot
         raise StaleOwnerError(why)
 
-    def _run_agent(self, snapshot: LoopSnapshot) -> tuple[AgentRun, str]:
+    def _run_agent(
+        self, snapshot: LoopSnapshot, cancel: threading.Event | None = None
+    ) -> tuple[AgentRun, str]:
         s = self.settings
         result = process.run(
             s.argv,
@@ -617,6 +622,7 @@ class Runner:
             max_output=s.max_output,
             keep="tail",
             grace=5.0,
+            cancel=cancel,
             extra_env={
                 "LOOPWARDEN_LOOP_ID": snapshot.id,
                 "LOOPWARDEN_TASK_ID": snapshot.task_id,
