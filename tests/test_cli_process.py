@@ -183,6 +183,32 @@ class TestKillAndResume:
         shown = json.loads(cli("show", loop_id, "--db", db, "--json", cwd=tmp_path).stdout)
         assert [it["iteration"] for it in shown["iterations"]] == [1, 2, 3, 4, 5]
 
+    def test_resume_stops_the_agent_a_killed_run_left_behind(self, tmp_path: Path, db: str) -> None:
+        """The agent of a SIGKILLed run (its own session) is stopped before resume re-runs it."""
+        slow = tmp_path / "slow"
+        slow.touch()
+        agent = make_agent(
+            tmp_path,
+            "open('agent.pid', 'w').write(str(os.getpid()))\n"
+            "time.sleep(60 if os.path.exists('slow') else 0)\n"
+            "print('<promise>COMPLETE</promise>')\n",
+        )
+        proc = spawn("run", "--agent", agent, "--prompt", "go", "--db", db, "--json", cwd=tmp_path)
+        pid_file = tmp_path / "agent.pid"
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # let the run record the agent's process
+        orphan = int(pid_file.read_text())
+        proc.kill()
+        proc.communicate(timeout=10)
+        assert alive(orphan)
+        slow.unlink()
+        loop_id = json.loads(cli("list", "--db", db, "--json", cwd=tmp_path).stdout)[0]["id"]
+        resumed = cli("resume", loop_id, "--db", db, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert not alive(orphan)
+
     def test_ctrl_c_leaves_the_loop_resumable(self, tmp_path: Path, db: str) -> None:
         """While a run lives a second driver is turned away (75); SIGINT exits 130, tells the
         hooks 'interrupted', and the loop resumes afterwards."""

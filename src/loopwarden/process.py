@@ -16,16 +16,18 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Literal
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
     "ProcessResult",
+    "kill_group_if_same",
     "missing_executable",
     "run",
     "split_command",
+    "start_time",
 ]
 
 DEFAULT_MAX_OUTPUT = 1_000_000
@@ -86,6 +88,32 @@ def missing_executable(argv: Sequence[str], cwd: str | None = None) -> str | Non
     if shutil.which(exe) is None:
         return f"{exe}: command not found on PATH"
     return None
+
+
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of a process (Linux ``/proc``), to tell it from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def kill_group_if_same(pgid: int, started: str | None) -> bool:
+    """Kill a process group left behind by a dead driver, if its leader is still that process.
+
+    The leader's start time must match ``started``, so a recycled pid is never touched.
+    Returns True when a group was killed.
+    """
+    if started is None or start_time(pgid) != started:
+        return False
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and start_time(pgid) == started:
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    return True
 
 
 class _Capture:
@@ -153,13 +181,15 @@ def run(
     keep: Literal["head", "tail"] = "head",
     grace: float = 2.0,
     cancel: threading.Event | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> ProcessResult:
     """Run a command to completion and return what it did; never raises for the child's sake.
 
     ``argv`` is an argument list; a string is accepted only with ``shell=True``. On timeout
     the process group gets SIGTERM, then SIGKILL after ``grace`` seconds; setting ``cancel``
     does the same at once (the result says ``cancelled``). ``keep`` chooses whether the head
-    or the tail of an over-long output is kept.
+    or the tail of an over-long output is kept. ``on_start(pid)`` is called once the child
+    runs (its pid is also its process group id).
     """
     if isinstance(argv, str):
         if not shell:
@@ -198,6 +228,17 @@ def run(
 
     assert proc.stdout is not None
     assert proc.stderr is not None
+    if on_start is not None:
+        try:
+            on_start(proc.pid)
+        except BaseException:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            for pipe in (proc.stdout, proc.stderr, proc.stdin):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            raise
     out = _Capture(proc.stdout, max_output, keep)
     err = _Capture(proc.stderr, max_output, keep)
     if input is not None and proc.stdin is not None:

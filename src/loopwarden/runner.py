@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import socket
 import threading
 import time
 from collections import deque
@@ -568,16 +569,39 @@ class Runner:
     @contextlib.contextmanager
     def _held(self, loop_id: str) -> Iterator[_Heartbeat]:
         with self.engine.hold(loop_id):
-            beat = _Heartbeat(
-                self.engine, loop_id, self.heartbeat or max(0.05, min(2.0, self.engine.lease_ttl / 3))
-            )
+            interval = self.heartbeat or max(0.05, min(2.0, self.engine.lease_ttl / 3))
+            beat = _Heartbeat(self.engine, loop_id, interval)
             try:
                 yield beat
             finally:
                 beat.stop()
 
+    def _reap_orphaned_agent(self, snapshot: LoopSnapshot) -> None:
+        """A driver killed mid-iteration leaves its agent running in its own session: stop it
+        before the iteration is handed out again, so two agents never work at once."""
+        agent = snapshot.metadata.get("agent_process")
+        if not isinstance(agent, dict) or agent.get("host") != socket.gethostname():
+            return
+        pgid = agent.get("pgid")
+        if isinstance(pgid, int) and process.kill_group_if_same(pgid, agent.get("started")):
+            get_logger().warning("orphaned_agent_killed", loop_id=snapshot.id, pgid=pgid)
+        self.engine.update_metadata(snapshot.id, {"agent_process": None})
+
+    def _record_agent(self, loop_id: str, pid: int) -> None:
+        self.engine.update_metadata(
+            loop_id,
+            {
+                "agent_process": {
+                    "pgid": pid,
+                    "host": socket.gethostname(),
+                    "started": process.start_time(pid),
+                }
+            },
+        )
+
     def _loop(self, before: LoopSnapshot, beat: _Heartbeat) -> LoopSnapshot:
         engine, loop_id = self.engine, before.id
+        self._reap_orphaned_agent(before)
         snapshot = engine.resume(loop_id)
         if before.state in (State.VALIDATING, State.DECIDING) and snapshot.last_decision:
             self._done(snapshot, snapshot.last_decision, None)
@@ -623,6 +647,7 @@ class Runner:
             keep="tail",
             grace=5.0,
             cancel=cancel,
+            on_start=lambda pid: self._record_agent(snapshot.id, pid),
             extra_env={
                 "LOOPWARDEN_LOOP_ID": snapshot.id,
                 "LOOPWARDEN_TASK_ID": snapshot.task_id,
@@ -630,6 +655,8 @@ class Runner:
                 "LOOPWARDEN_MAX_ITERATIONS": str(snapshot.max_iterations),
             },
         )
+        with contextlib.suppress(LoopwardenError):
+            self.engine.update_metadata(snapshot.id, {"agent_process": None})
         run = AgentRun(
             exit_code=result.returncode,
             duration=result.duration,
