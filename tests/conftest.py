@@ -27,6 +27,7 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 @pytest.fixture(autouse=True)
 def _quiet_logs() -> Iterator[None]:
     """Keep structlog's default console output out of test runs; tests capture when they care."""
+
     def drop(_logger: object, _name: str, _event: object) -> NoReturn:
         raise structlog.DropEvent
 
@@ -38,6 +39,12 @@ def _quiet_logs() -> Iterator[None]:
     )
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private HOME: a developer's ~/.loopwarden/settings.json hooks never run in tests."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
 
 
 @pytest.fixture

@@ -242,6 +242,31 @@ class TestKillAndResume:
         assert cli("resume", loop_id, "--db", db, cwd=tmp_path).returncode == 0
 
 
+class TestCommandHooksInRun:
+    def test_project_stop_hook_vetoes_once(self, tmp_path: Path, db: str) -> None:
+        """A .loopwarden/settings.json Stop hook that blocks once makes run go one more round."""
+        settings = tmp_path / ".loopwarden" / "settings.json"
+        settings.parent.mkdir()
+        hook = make_hook(
+            tmp_path,
+            "stop.sh",
+            "#!/bin/sh\n[ -e vetoed ] && exit 0\ntouch vetoed\necho 'also update the docs' >&2\n"
+            "exit 2\n",
+        )
+        settings.write_text(
+            json.dumps(
+                {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": str(hook)}]}]}}
+            )
+        )
+        agent = make_agent(tmp_path, "print('<promise>COMPLETE</promise>')\n")
+        done = cli("run", "--agent", agent, "--prompt", "go", "--db", db, "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = events(done.stdout)
+        iterations = [e for e in lines if e.get("event") == "iteration"]
+        assert [e["signal"] for e in iterations] == ["CONTINUE", "COMPLETE"]
+        assert any("also update the docs" in f for f in iterations[0]["feedback"])
+
+
 class TestBlockWhileRunning:
     def test_block_stops_a_running_agent(self, tmp_path: Path, db: str) -> None:
         """`loopwarden block` during an agent run stops the agent and the run exits 4 promptly."""

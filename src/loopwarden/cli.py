@@ -44,6 +44,7 @@ from loopwarden.errors import (
     SchemaVersionError,
 )
 from loopwarden.hooks import completion
+from loopwarden.hooks.command import CommandHooks
 from loopwarden.integrations.claude_cli import claude_app
 from loopwarden.logs import configure_logging
 from loopwarden.model import CompletionPolicy, LoopConfig, LoopSnapshot, State
@@ -217,12 +218,22 @@ def _errors(as_json: bool) -> Iterator[None]:
         _fail(str(exc), ExitCode.FAILED, as_json=as_json)
 
 
-def _open(db: str | None, *, create: bool, as_json: bool) -> LoopEngine:
-    """The engine on ``db``; a database that is missing, newer or unusable exits 2."""
+def _open(
+    db: str | None, *, create: bool, as_json: bool, command_hooks: bool = False
+) -> LoopEngine:
+    """The engine on ``db``; a database that is missing, newer or unusable exits 2.
+
+    With ``command_hooks`` the Stop / SubagentStop hooks of the settings files
+    (~/.loopwarden/settings.json, .loopwarden/settings.json, .loopwarden/settings.local.json)
+    are consulted whenever a loop it drives is about to complete.
+    """
     try:
-        return LoopEngine(db or None, create=create)
+        engine = LoopEngine(db or None, create=create)
     except LoopwardenError as exc:
         _fail(str(exc), ExitCode.USAGE, as_json=as_json)
+    if command_hooks:
+        engine.stop_checkers.append(CommandHooks(engine=engine))
+    return engine
 
 
 def _resolve(engine: LoopEngine, loop_id: str) -> LoopSnapshot:
@@ -752,7 +763,7 @@ def run(
         )
     except ConfigError as exc:
         _fail(_config_error(exc), as_json=as_json)
-    engine = _open(db, create=True, as_json=as_json)
+    engine = _open(db, create=True, as_json=as_json, command_hooks=True)
     with _errors(as_json):
         snapshot = engine.create(
             task or os.path.basename(where) or "task",
@@ -766,7 +777,7 @@ def run(
 @app.command()
 def resume(loop_id: LoopIdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Continue a loop in this process with the agent command and options stored at `run`."""
-    engine = _open(db, create=False, as_json=as_json)
+    engine = _open(db, create=False, as_json=as_json, command_hooks=True)
     with _errors(as_json):
         snapshot = _resolve(engine, loop_id)
         settings = RunSettings.of(snapshot)

@@ -4,11 +4,14 @@
   continue / escalate for each iteration, registered per task with ``engine.hooks``.
 - Completion validators (:mod:`loopwarden.hooks.validators`): consulted when a loop is about
   to complete; an incomplete answer vetoes the stop.
+- Command hooks (:class:`CommandHooks`, :mod:`loopwarden.hooks.command`): Claude Code's
+  Stop / SubagentStop hooks from the settings files; ``loopwarden run`` consults them.
 - :class:`StopChecker` (:mod:`loopwarden.hooks.base`): the contract both validators and
-  Claude Code-compatible command hooks follow.
+  command hooks follow.
 """
 
 from loopwarden.hooks.base import StopChecker, StopContext
+from loopwarden.hooks.command import CommandHooks, SettingsProblem, load_settings
 from loopwarden.hooks.registry import HookInfo, HookRegistry
 from loopwarden.hooks.stop import (
     PRESETS,
@@ -35,6 +38,7 @@ from loopwarden.hooks.validators import (
 
 __all__ = [
     "PRESETS",
+    "CommandHooks",
     "CompletionValidator",
     "Hook",
     "HookContext",
@@ -43,6 +47,7 @@ __all__ = [
     "HookRecord",
     "HookRegistry",
     "HookResult",
+    "SettingsProblem",
     "StopChecker",
     "StopContext",
     "ValidationOutcome",
@@ -51,6 +56,7 @@ __all__ = [
     "command_succeeds",
     "define_hook",
     "define_validator",
+    "load_settings",
     "resolve_hook",
     "stop_hook",
     "todos_done",
