@@ -147,7 +147,7 @@ class _Loop:
             id=row["id"],
             task_id=row["task_id"],
             parent_id=row["parent_id"],
-            state=State.parse(row["state"]),
+            state=_state(row["state"], where),
             iteration=int(row["iteration"]),
             last_decided=int(row["last_decided"]),
             seq=int(row["seq"]),
@@ -210,6 +210,13 @@ class _Loop:
             last_decision=last_decision,
             metadata=dict(self.meta),
         )
+
+
+def _state(value: str, where: str) -> State:
+    try:
+        return State.parse(value)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"{where}: {exc}") from None
 
 
 class _Fenced(Exception):
@@ -1152,13 +1159,20 @@ class LoopEngine:
     def list(
         self, state: State | str | None = None, task_id: str | None = None, limit: int | None = None
     ) -> builtins.list[LoopSnapshot]:
-        """Loops, oldest first, optionally of one state and/or task."""
+        """Loops, oldest first, optionally of one state and/or task (unreadable rows skipped)."""
         state_value = State.parse(state).value if state is not None else None
         rows = self.db.fetch_all(
             "list_loops",
             {"state": state_value, "task_id": task_id, "limit": limit or NO_LIMIT, "offset": 0},
         )
-        return [_Loop.from_row(r).snapshot() for r in rows]
+        found = []
+        for row in rows:
+            try:
+                found.append(_Loop.from_row(row).snapshot())
+            except CorruptRecordError as exc:
+                # One damaged loop must not hide the others; get(loop_id) still raises for it.
+                self._log.warning("corrupt_loop_skipped", loop_id=row["id"], error=str(exc))
+        return found
 
     def _history_rows(self, loop_id: str) -> Iterator[tuple[Mapping[str, Any], JSON, JSON, JSON]]:
         """Each decided iteration's row with its executing, validating and deciding data.
