@@ -422,17 +422,7 @@ class LoopEngine:
             old_seq_=loop.seq,
             lease_expires=now + self.lease_ttl,
         )
-        checkpoint = {
-            "loop_id": loop.id,
-            "seq": new.seq,
-            "state": dest.value,
-            "iteration": new.iteration,
-            "trigger": trigger,
-            "schema_version": SCHEMA_VERSION,
-            "created_at": now,
-            "owner": self.owner,
-            "data": _dumps(data),
-        }
+        checkpoint = self._checkpoint_row(loop.id, new.seq, dest, new.iteration, trigger, data, now)
         try:
             with self.db.transaction():
                 if self.db.execute("update_loop", params) != 1:
@@ -447,20 +437,56 @@ class LoopEngine:
             self._held.pop(loop.id, None)
             raise
         self._held[loop.id] = new
-        self._log.info(
-            "transition",
-            loop_id=loop.id,
-            task_id=loop.task_id,
-            iteration=new.iteration,
-            from_state=loop.state.value,
-            to_state=dest.value,
-            trigger=trigger,
-            signal=signal.value if signal else None,
-            reason=new.reason if dest.terminal else data.get("reason"),
-            seq=new.seq,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        self._log_transition(
+            loop, new, trigger, signal, new.reason if dest.terminal else data.get("reason"), started
         )
         return new
+
+    def _checkpoint_row(
+        self,
+        loop_id: str,
+        seq: int,
+        state: State,
+        iteration: int,
+        trigger: str,
+        data: JSON,
+        now: float,
+    ) -> JSON:
+        """One immutable checkpoint row: the entry into ``state``, with its own data only."""
+        return {
+            "loop_id": loop_id,
+            "seq": seq,
+            "state": state.value,
+            "iteration": iteration,
+            "trigger": trigger,
+            "schema_version": SCHEMA_VERSION,
+            "created_at": now,
+            "owner": self.owner,
+            "data": _dumps(data),
+        }
+
+    def _log_transition(
+        self,
+        before: _Loop | None,
+        after: _Loop,
+        trigger: str,
+        signal: Signal | None,
+        reason: str | None,
+        started: float,
+    ) -> None:
+        self._log.info(
+            "transition",
+            loop_id=after.id,
+            task_id=after.task_id,
+            iteration=after.iteration,
+            from_state=before.state.value if before else None,
+            to_state=after.state.value,
+            trigger=trigger,
+            signal=signal.value if signal else None,
+            reason=reason,
+            seq=after.seq,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
 
     def _stale(self, loop: _Loop, trigger: str) -> StaleOwnerError:
         row = self.db.fetch_one("select_loop", {"id": loop.id})
@@ -535,6 +561,7 @@ class LoopEngine:
         _check_json("context", ctx)
         _check_json("metadata", meta)
         loop_id = loop_id or uuid.uuid4().hex
+        started = time.perf_counter()
         now = time.time()
         config_json = _dumps(config.to_dict())
         loop = _Loop(
@@ -575,38 +602,15 @@ class LoopEngine:
             lease_pid=os.getpid(),
             lease_host=_HOST,
         )
-        checkpoint = {
-            "loop_id": loop_id,
-            "seq": 1,
-            "state": State.INITIALIZED.value,
-            "iteration": 0,
-            "trigger": "create",
-            "schema_version": SCHEMA_VERSION,
-            "created_at": now,
-            "owner": self.owner,
-            "data": _dumps(
-                {"config": config.to_dict(), "prompt": prompt, "context": ctx, "metadata": meta}
-            ),
-        }
+        data = {"config": config.to_dict(), "prompt": prompt, "context": ctx, "metadata": meta}
+        checkpoint = self._checkpoint_row(loop_id, 1, State.INITIALIZED, 0, "create", data, now)
         with self.db.transaction():
             if self.db.fetch_one("select_loop", {"id": loop_id}) is not None:
                 raise ConfigError("loop_id", f"a loop with id {loop_id!r} already exists")
             self.db.execute("insert_loop", row)
             self.db.execute("insert_checkpoint", checkpoint)
         self._held[loop_id] = loop
-        self._log.info(
-            "transition",
-            loop_id=loop_id,
-            task_id=task_id,
-            iteration=0,
-            from_state=None,
-            to_state=State.INITIALIZED.value,
-            trigger="create",
-            signal=None,
-            reason=None,
-            seq=1,
-            duration_ms=round((time.time() - now) * 1000, 3),
-        )
+        self._log_transition(None, loop, "create", None, None, started)
         return loop
 
     def _start(self, loop: _Loop) -> _Loop:
@@ -1363,17 +1367,9 @@ class LoopEngine:
                 fork_data.update(prompt=current_prompt, context=context)
             if note:
                 fork_data["note"] = note
-            fork_point = {
-                "loop_id": new_id,
-                "seq": seq,
-                "state": state.value,
-                "iteration": target.iteration,
-                "trigger": "fork",
-                "schema_version": SCHEMA_VERSION,
-                "created_at": now,
-                "owner": self.owner,
-                "data": _dumps(fork_data),
-            }
+            fork_point = self._checkpoint_row(
+                new_id, seq, state, target.iteration, "fork", fork_data, now
+            )
             with self.db.transaction():
                 self.db.execute("insert_loop", row)
                 self.db.execute_many("insert_checkpoint", copied)
