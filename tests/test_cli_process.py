@@ -162,6 +162,7 @@ class TestKillAndResume:
         agent = make_agent(tmp_path, STEADY)
         base = ["--agent", agent, "--prompt", "go", "--json"]
         straight = cli("run", *base, "--db", str(tmp_path / "a.db"), cwd=tmp_path)
+        assert straight.returncode == 0, straight.stderr
         expected = events(straight.stdout)[-1]
         assert expected["status"] == "completed"
 
@@ -176,8 +177,8 @@ class TestKillAndResume:
         loop_id = seen[0]["loop_id"]
 
         resumed = cli("resume", loop_id, "--db", db, "--json", cwd=tmp_path)
-        final = events(resumed.stdout)[-1]
         assert resumed.returncode == 0, resumed.stderr
+        final = events(resumed.stdout)[-1]
         for key in ("status", "terminal_reason", "iterations", "scores", "exit_code"):
             assert final[key] == expected[key]
         shown = json.loads(cli("show", loop_id, "--db", db, "--json", cwd=tmp_path).stdout)
