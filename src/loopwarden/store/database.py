@@ -22,9 +22,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from loopwarden.errors import SchemaVersionError, StoreError
+from loopwarden.errors import StoreError
+from loopwarden.store import migrate as migrations
 from loopwarden.store import postgres, queries, sqlite
-from loopwarden.store.schema import SCHEMA_VERSION, metadata
+from loopwarden.store.schema import SCHEMA_VERSION
 
 __all__ = ["DEFAULT_URL_PATH", "Database", "Prepared", "default_url", "normalize_url"]
 
@@ -87,10 +88,27 @@ class Prepared:
         return self._get(values)
 
 
+_COMPILED: dict[tuple[Any, ...], dict[str, Prepared]] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _compiled(dialect: Any) -> dict[str, Prepared]:
+    """Every statement compiled for this kind of dialect; once per process, not per database."""
+    key = (dialect.name, dialect.driver, dialect.paramstyle, dialect.server_version_info)
+    with _COMPILED_LOCK:
+        found = _COMPILED.get(key)
+        if found is None:
+            found = {name: Prepared(stmt, dialect) for name, stmt in queries.ALL.items()}
+            _COMPILED[key] = found
+        return found
+
+
 class Database:
     """A loopwarden database. Thread-safe: one connection, used under a lock."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, *, create: bool = True, migrate: bool = True
+    ) -> None:
         self.url = normalize_url(url) if url else default_url()
         self.backend = _backend(self.url)
         self._lock = threading.RLock()
@@ -101,9 +119,11 @@ class Database:
             raise self._classify(exc) from None
         self._driver: Any = self._pooled.driver_connection
         dialect = self.engine.dialect
-        self._q = {name: Prepared(stmt, dialect) for name, stmt in queries.ALL.items()}
+        self._q = _compiled(dialect)
         try:
-            self._ensure_schema(create)
+            self.backend.configure_connection(self._driver)
+            if migrate:
+                self._ensure_schema(create)
         except BaseException:
             self.close()
             raise
@@ -120,32 +140,36 @@ class Database:
         scheme, _, rest = self.url.partition("://")
         return f"{scheme}://{rest.split('@')[-1]}"
 
-    def _ensure_schema(self, create: bool) -> None:
+    def safe_url(self) -> str:
+        """The URL without its credentials, for messages."""
+        return self._safe_url()
+
+    def schema_version(self) -> int | None:
+        """The schema version the database records; None when it has no loopwarden tables."""
         try:
-            has_meta = inspect(self.engine).has_table("lw_meta")
-            if has_meta:
-                row = self.fetch_one("get_meta", {"key": "schema_version"})
-                found = int(row["value"]) if row else 0
-                if found > SCHEMA_VERSION:
-                    raise SchemaVersionError(
-                        f"the database {self._safe_url()} has schema version {found}, newer "
-                        f"than this loopwarden's {SCHEMA_VERSION}; upgrade loopwarden "
-                        "(nothing was written)"
-                    )
-                if found == SCHEMA_VERSION:
-                    return
-            if not create:
-                raise StoreError(f"{self._safe_url()} is not a loopwarden database")
-            metadata.create_all(self.engine)
-            with self.transaction():
-                if self.fetch_one("get_meta", {"key": "schema_version"}) is None:
-                    self.execute("put_meta", {"key": "schema_version", "value": SCHEMA_VERSION})
+            if not inspect(self.engine).has_table("lw_meta"):
+                return None
+            row = self.fetch_one("get_meta", {"key": "schema_version"})
         except SQLAlchemyError as exc:
             raise self._classify(exc) from None
-        except Exception as exc:
-            if type(exc).__module__.startswith(("sqlite3", "psycopg")):
-                raise self._classify(exc) from None
-            raise
+        return int(row["value"]) if row else 0
+
+    def _ensure_schema(self, create: bool) -> None:
+        """Refuse a newer schema without writing; migrate an older or empty one.
+
+        The common case (the database is at this version) costs one read and no alembic.
+        """
+        found = self.schema_version()
+        if found is not None and found > SCHEMA_VERSION:
+            raise migrations.newer_error(found, self._safe_url())
+        if found == SCHEMA_VERSION:
+            return
+        if found is None and not create:
+            raise StoreError(f"{self._safe_url()} is not a loopwarden database")
+        try:
+            migrations.run_migrations(self.engine, self.backend, self._safe_url())
+        except SQLAlchemyError as exc:
+            raise self._classify(exc) from None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -206,5 +230,9 @@ class Database:
     def close(self) -> None:
         with self._lock:
             with contextlib.suppress(Exception):
-                self._pooled.close()
+                if getattr(self._driver, "closed", False) or getattr(self._driver, "broken", False):
+                    # A lost PostgreSQL connection: resetting it for the pool would only fail.
+                    self._pooled.invalidate()
+                else:
+                    self._pooled.close()
             self.engine.dispose()

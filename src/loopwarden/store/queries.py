@@ -8,6 +8,7 @@ modulo parameter style.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     Integer,
     String,
@@ -114,8 +115,8 @@ list_loops = (
         or_(_task.is_(None), loops.c.task_id == _task),
     )
     .order_by(loops.c.created_at, loops.c.id)
-    .limit(bindparam("limit", type_=Integer))
-    .offset(bindparam("offset", type_=Integer))
+    .limit(bindparam("limit", type_=BigInteger))
+    .offset(bindparam("offset", type_=BigInteger))
 )
 
 select_checkpoint = select(checkpoints).where(
@@ -174,8 +175,8 @@ history = (
         iterations.c.iteration >= bindparam("first", type_=Integer),
     )
     .order_by(iterations.c.iteration)
-    .limit(bindparam("limit", type_=Integer))
-    .offset(bindparam("offset", type_=Integer))
+    .limit(bindparam("limit", type_=BigInteger))
+    .offset(bindparam("offset", type_=BigInteger))
 )
 
 insert_hook = insert(hooks)
@@ -205,6 +206,36 @@ prunable_loops = (
 )
 delete_checkpoints_below = delete(checkpoints).where(
     checkpoints.c.loop_id == bindparam("loop_id"), checkpoints.c.seq < bindparam("below")
+)
+
+# Workers: loops whose next step is engine work (validating or deciding, or waiting for an
+# agent command that the loop's metadata stores) and whose lease is free or expired, oldest
+# first. SKIP LOCKED lets concurrent PostgreSQL workers claim different loops without waiting
+# on each other; SQLite ignores FOR UPDATE, and its IMMEDIATE transactions serialise claims.
+claim_loops = (
+    select(loops.c.id, loops.c.state, loops.c.lease_epoch, loops.c.meta)
+    .where(
+        or_(
+            loops.c.state.in_([literal_column("'validating'"), literal_column("'deciding'")]),
+            and_(
+                loops.c.state.in_([literal_column("'initialized'"), literal_column("'executing'")]),
+                loops.c.meta.like(bindparam("agent_marker", type_=String)),
+            ),
+        ),
+        loops.c.lease_expires < bindparam("now", type_=Float),
+    )
+    .order_by(loops.c.updated_at, loops.c.id)
+    .limit(bindparam("limit", type_=BigInteger))
+    .offset(bindparam("offset", type_=BigInteger))
+    .with_for_update(skip_locked=True)
+)
+
+# A heartbeat renews a lease by owner alone: owner ids are unique, so the epoch it reads with
+# the owner is the one that owner holds.
+renew_owned = (
+    update(loops)
+    .where(loops.c.id == bindparam("id_"), loops.c.lease_owner == bindparam("owner"))
+    .values(lease_expires=bindparam("expires"))
 )
 
 get_meta = select(meta.c.value).where(meta.c.key == bindparam("key"))

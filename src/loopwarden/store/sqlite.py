@@ -15,9 +15,19 @@ from sqlalchemy.pool import StaticPool
 
 from loopwarden.errors import StoreError
 
-__all__ = ["BEGIN", "BUSY_TIMEOUT_MS", "classify", "database_path", "make_engine"]
+__all__ = [
+    "BEGIN",
+    "BUSY_TIMEOUT_MS",
+    "MIGRATION_LOCK",
+    "classify",
+    "configure_connection",
+    "database_path",
+    "make_engine",
+]
 
 BEGIN = "BEGIN IMMEDIATE"
+# BEGIN IMMEDIATE already makes concurrent migrations wait for each other.
+MIGRATION_LOCK = None
 BUSY_TIMEOUT_MS = 10_000
 
 
@@ -58,6 +68,11 @@ def make_engine(url: str, *, create: bool) -> Engine:
         connection.exec_driver_sql(BEGIN)
 
     return engine
+
+
+def configure_connection(driver: sqlite3.Connection) -> None:
+    """Nothing more: every connection is configured when it is opened (see make_engine)."""
+    del driver
 
 
 def classify(exc: BaseException, url: str) -> StoreError | None:
