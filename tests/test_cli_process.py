@@ -268,6 +268,37 @@ class TestCommandHooksInRun:
         assert any("also update the docs" in f for f in iterations[0]["feedback"])
 
 
+class TestDetachAndWorker:
+    def test_detached_loops_are_driven_by_a_worker(self, tmp_path: Path, db: str) -> None:
+        """run --detach queues loops; `loopwarden worker --exit-when-idle` finishes them."""
+        agent = make_agent(tmp_path, "print('<promise>COMPLETE</promise>' if i >= 2 else 'wip')\n")
+        queued = []
+        for n in range(3):
+            out = cli(
+                "run", "--agent", agent, "--prompt", f"job {n}", "--db", db, "--detach", "--json",
+                cwd=tmp_path,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            queued.append(json.loads(out.stdout)["loop_id"])
+        waiting = json.loads(cli("list", "--db", db, "--json", cwd=tmp_path).stdout)
+        assert {w["state"] for w in waiting} == {"initialized"}
+        done = cli(
+            "worker", "--db", db, "--concurrency", "2", "--exit-when-idle", "--poll", "0.1",
+            "--json", cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1])["loops_finished"] == 3
+        for loop_id in queued:
+            state = json.loads(cli("status", loop_id, "--db", db, "--json", cwd=tmp_path).stdout)
+            assert (state["state"], state["iteration"]) == ("completed", 2)
+
+    def test_db_upgrade_is_idempotent(self, tmp_path: Path, db: str) -> None:
+        """`loopwarden db upgrade` creates/upgrades the schema once, then has nothing to do."""
+        first = json.loads(cli("db", "upgrade", "--db", db, "--json", cwd=tmp_path).stdout)
+        second = json.loads(cli("db", "upgrade", "--db", db, "--json", cwd=tmp_path).stdout)
+        assert first["after"] == second["after"] == second["before"]
+
+
 class TestBlockWhileRunning:
     def test_block_stops_a_running_agent(self, tmp_path: Path, db: str) -> None:
         """`loopwarden block` during an agent run stops the agent and the run exits 4 promptly."""

@@ -249,3 +249,48 @@ class TestDeadOwner:
         """Callers can catch LeaseError for both."""
         assert issubclass(LeaseHeldError, LeaseError)
         assert issubclass(StaleOwnerError, LeaseError)
+
+
+class TestHeartbeatDuringValidation:
+    def test_renew_is_not_blocked_by_a_slow_rule(self, url: str) -> None:
+        """A heartbeat renews while submit runs a slow rule, so nobody else takes the loop."""
+        import sys
+        import threading
+
+        from loopwarden import rules
+
+        slow = rules.command("slow", [sys.executable, "-c", "import time; time.sleep(1.5)"])
+        with LoopEngine(url, lease_ttl=TTL, owner="slow-owner") as a, LoopEngine(url) as b:
+            loop = a.start("T", LoopConfig(max_iterations=5, rules=[slow]))
+            stop = threading.Event()
+            lost: list[Exception] = []
+
+            def beat() -> None:
+                while not stop.wait(TTL / 4):
+                    try:
+                        a.renew(loop.id)
+                    except StaleOwnerError as exc:
+                        lost.append(exc)
+                        return
+
+            with a.hold(loop.id):
+                thread = threading.Thread(target=beat)
+                thread.start()
+                taker: list[BaseException] = []
+
+                def try_take() -> None:
+                    time.sleep(1.0)  # well past TTL, mid-validation
+                    try:
+                        b.resume(loop.id)
+                    except LeaseHeldError as exc:
+                        taker.append(exc)
+
+                other = threading.Thread(target=try_take)
+                other.start()
+                decision = a.submit(loop.id, "output")
+                other.join()
+                stop.set()
+                thread.join()
+            assert decision.signal is Signal.CONTINUE
+            assert not lost
+            assert len(taker) == 1

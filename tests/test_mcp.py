@@ -566,28 +566,35 @@ class TestMalformedInput:
                     "method": "tools/call",
                     "params": {"name": "iteration_start", "arguments": {"taskId": "RAW"}},
                 },
-                {
-                    "jsonrpc": "2.0",
-                    "id": 3,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "iteration_validate",
-                        "arguments": {"taskId": "RAW", "agentOutput": "x"},
-                    },
-                },
             ]
-            for message in messages:
-                line = message if isinstance(message, str) else json.dumps(message)
-                proc.stdin.write(line.encode() + b"\n")
-            await proc.stdin.drain()
+            validate = {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {
+                    "name": "iteration_validate",
+                    "arguments": {"taskId": "RAW", "agentOutput": "x"},
+                },
+            }
             answered: dict[int, Any] = {}
-            while len(answered) < 3:
-                line = await proc.stdout.readline()
-                assert line, "the server closed stdout early"
-                message = json.loads(line)
-                assert message["jsonrpc"] == "2.0"
-                if "id" in message:
-                    answered[message["id"]] = message
+
+            async def send(batch: list[Any], until: int) -> None:
+                for message in batch:
+                    line = message if isinstance(message, str) else json.dumps(message)
+                    proc.stdin.write(line.encode() + b"\n")
+                await proc.stdin.drain()
+                while until not in answered:
+                    line = await proc.stdout.readline()
+                    assert line, "the server closed stdout early"
+                    message = json.loads(line)
+                    assert message["jsonrpc"] == "2.0"
+                    if "id" in message:
+                        answered[message["id"]] = message
+
+            # The server may answer concurrent requests in any order: validate only once the
+            # loop has been started.
+            await send(messages, until=2)
+            await send([validate], until=3)
             proc.stdin.close()
             stderr = await proc.stderr.read()
             assert await proc.wait() == 0

@@ -14,11 +14,16 @@ INCLUDED_PRIVATE = {"__version__"}
 
 
 def public_names() -> set[str]:
-    """Names loopwarden's namespace defines for users: not private, not a submodule."""
+    """Names loopwarden's namespace defines for users: not private, not a submodule.
+
+    Names that are not identifiers (``@py_builtins``) are pytest's assertion rewriting at work:
+    installed, loopwarden is a pytest plugin's package, and pytest rewrites its modules.
+    """
     return {
         name
         for name, value in vars(loopwarden).items()
-        if (not name.startswith("_") or name in INCLUDED_PRIVATE)
+        if name.isidentifier()
+        and (not name.startswith("_") or name in INCLUDED_PRIVATE)
         and not (
             isinstance(value, types.ModuleType)
             and value.__name__.startswith("loopwarden.")

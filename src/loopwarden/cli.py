@@ -711,6 +711,12 @@ def run(
             help="Where the agent and validation run (default: the current directory).",
         ),
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", help="Queue the loop for `loopwarden worker` instead of running it here."
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -771,6 +777,16 @@ def run(
             prompt=prompt,
             metadata=settings.metadata(),
         )
+    if detach:
+        engine.close()
+        if as_json:
+            _emit_json({"event": "queued", "loop_id": snapshot.id, "task_id": snapshot.task_id})
+        else:
+            _console().print(
+                f"queued loop {snapshot.id} (task {snapshot.task_id}); a `loopwarden worker` "
+                f"on this database will drive it"
+            )
+        raise typer.Exit(0)
     _drive(engine, snapshot.id, settings, as_json=as_json, resumed=False)
 
 
@@ -1077,6 +1093,61 @@ def diagram(
         sys.stdout.flush()
     else:
         _console().print(f"wrote {output}")
+
+
+db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Bring the database to this loopwarden's schema (also done on first use)."""
+    from loopwarden.store.migrate import upgrade
+
+    with _errors(as_json):
+        result = upgrade(db)
+    if as_json:
+        _emit_json(result.to_dict())
+    elif result.changed:
+        _console().print(f"upgraded {result.url} from schema {result.before} to {result.after}")
+    else:
+        _console().print(f"{result.url} is at schema {result.after}; nothing to do")
+
+
+@app.command()
+def worker(
+    db: DbOption = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", metavar="N", min=1, help="Loops at once.")
+    ] = 1,
+    lease_ttl: Annotated[
+        float, typer.Option("--lease-ttl", metavar="SECONDS", min=1.0, help="Lease length.")
+    ] = 30.0,
+    poll: Annotated[
+        float, typer.Option("--poll", metavar="SECONDS", min=0.05, help="Idle polling interval.")
+    ] = 1.0,
+    exit_when_idle: Annotated[
+        bool, typer.Option("--exit-when-idle", help="Exit when no loop is runnable.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Claim runnable loops from the database and drive them (SIGTERM: finish the step, exit)."""
+    from loopwarden.worker import run_worker
+
+    with _errors(as_json):
+        report = run_worker(
+            db,
+            concurrency=concurrency,
+            lease_ttl=lease_ttl,
+            poll_interval=poll,
+            exit_when_idle=exit_when_idle,
+        )
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        _console().print(
+            f"worker stopped: {report.loops_finished} loop(s) finished, {report.steps} step(s)"
+        )
 
 
 @app.command()

@@ -376,26 +376,30 @@ class LoopEngine:
                         self._release(loop_id)
 
     def renew(self, loop_id: str) -> None:
-        """Extend a held lease; StaleOwnerError if it was taken over meanwhile."""
-        with self._lock:
-            loop = self._held.get(loop_id)
-            if loop is None:
-                raise StaleOwnerError(f"this engine does not hold loop {loop_id}'s lease")
-            with self.db.transaction():
-                n = self.db.execute(
-                    "renew_lease",
-                    {
-                        "id_": loop_id,
-                        "owner": self.owner,
-                        "epoch": loop.epoch,
-                        "expires": time.time() + self.lease_ttl,
-                    },
-                )
-            if n != 1:
-                self._held.pop(loop_id, None)
-                raise StaleOwnerError(
-                    f"loop {loop_id}: this owner ({self.owner}) lost its lease; stop driving it"
-                )
+        """Extend a held lease; StaleOwnerError if it was taken over meanwhile.
+
+        Safe to call from a heartbeat thread while another thread is inside ``submit``: it
+        does not wait for the engine's lock (a validation command may run for minutes), only
+        for the database's, which a transaction holds for microseconds.
+        """
+        loop = self._held.get(loop_id)
+        if loop is None:
+            raise StaleOwnerError(f"this engine does not hold loop {loop_id}'s lease")
+        with self.db.transaction():
+            n = self.db.execute(
+                "renew_lease",
+                {
+                    "id_": loop_id,
+                    "owner": self.owner,
+                    "epoch": loop.epoch,
+                    "expires": time.time() + self.lease_ttl,
+                },
+            )
+        if n != 1:
+            self._held.pop(loop_id, None)
+            raise StaleOwnerError(
+                f"loop {loop_id}: this owner ({self.owner}) lost its lease; stop driving it"
+            )
 
     # ----- the fenced write ------------------------------------------------------------------
 
@@ -561,6 +565,8 @@ class LoopEngine:
         _check_json("context", ctx)
         _check_json("metadata", meta)
         loop_id = loop_id or uuid.uuid4().hex
+        if not isinstance(loop_id, str) or not 1 <= len(loop_id) <= 64 or not loop_id.isprintable():
+            raise ConfigError("loop_id", f"must be 1-64 printable characters, got {loop_id!r}")
         started = time.perf_counter()
         now = time.time()
         config_json = _dumps(config.to_dict())

@@ -45,6 +45,7 @@ from loopwarden.errors import (
     UnresolvedReferenceError,
 )
 from loopwarden.hooks import completion
+from loopwarden.hooks.command import CommandHooks
 from loopwarden.logs import get_logger
 from loopwarden.model import LoopConfig, LoopSnapshot, State
 from loopwarden.runner import (
@@ -224,8 +225,14 @@ class _Slot:
     def __init__(self, shared: _Shared, index: int) -> None:
         self.shared = shared
         self.owner = f"worker:{_HOST}:{os.getpid()}:{index}:{uuid.uuid4().hex[:8]}"
-        self.engine = LoopEngine(shared.url, owner=self.owner, lease_ttl=shared.lease_ttl)
+        self.engine = self._engine()
         self.log = get_logger().bind(worker=self.owner)
+
+    def _engine(self) -> LoopEngine:
+        """An engine of this slot's; like ``loopwarden run``, it consults the command hooks."""
+        engine = LoopEngine(self.shared.url, owner=self.owner, lease_ttl=self.shared.lease_ttl)
+        engine.stop_checkers.append(CommandHooks(engine=engine))
+        return engine
 
     def run(self) -> None:
         shared = self.shared
@@ -254,9 +261,7 @@ class _Slot:
         with contextlib.suppress(Exception):
             self.engine.close()
         try:
-            self.engine = LoopEngine(
-                self.shared.url, owner=self.owner, lease_ttl=self.shared.lease_ttl
-            )
+            self.engine = self._engine()
         except LoopwardenError as exc:
             self.log.warning("reconnect_failed", error=str(exc))
 
