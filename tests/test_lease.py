@@ -173,13 +173,15 @@ class TestExpiredLease:
     def test_a_stale_owner_can_take_the_lease_again(
         self, a: LoopEngine, b: LoopEngine, loop_id: str
     ) -> None:
-        """After being fenced off, A acquires anew from the stored state (no lost write)."""
+        """Fenced while holding, A stays fenced until it lets go; then it acquires anew."""
         with a.hold(loop_id):
             time.sleep(TTL * 1.5)
             b.submit(loop_id, "from b")
             with pytest.raises(StaleOwnerError):
                 a.submit(loop_id, "from a")
-            assert a.submit(loop_id, "from a again").iteration == 2
+            with pytest.raises(StaleOwnerError, match="lost the lease it was holding"):
+                a.submit(loop_id, "from a, never taking the loop back silently")
+        assert a.submit(loop_id, "from a again").iteration == 2
         assert [r.output for r in b.history(loop_id)] == ["from b", "from a again"]
 
 

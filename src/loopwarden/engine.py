@@ -347,6 +347,12 @@ class LoopEngine:
     def _owned(self, loop_id: str, *, force: bool = False) -> Iterator[_Loop]:
         with self._lock:
             loop = self._held.get(loop_id)
+            if loop is None and loop_id in self._pinned and not force:
+                # Held across calls and fenced meanwhile: never take it back silently.
+                raise StaleOwnerError(
+                    f"loop {loop_id}: this owner ({self.owner}) lost the lease it was holding "
+                    "and its writes are rejected; stop driving it"
+                )
             if loop is None or force:
                 loop = self._acquire(loop_id, force=force)
             try:

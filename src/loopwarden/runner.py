@@ -486,6 +486,68 @@ class RunLog:
             return "\n".join(self._lines) + ("\n" if self._lines else "")
 
 
+# ----- running the agent (the runner's and the workers') -------------------------------------
+
+
+def reap_orphaned_agent(engine: LoopEngine, snapshot: LoopSnapshot) -> None:
+    """A driver killed mid-iteration leaves its agent running in its own session: stop it
+    before the iteration is handed out again, so two agents never work on one loop at once."""
+    agent = snapshot.metadata.get("agent_process")
+    if not isinstance(agent, dict):
+        return
+    if agent.get("host") == socket.gethostname():
+        pgid = agent.get("pgid")
+        if isinstance(pgid, int) and process.kill_group_if_same(pgid, agent.get("started")):
+            get_logger().warning("orphaned_agent_killed", loop_id=snapshot.id, pgid=pgid)
+    engine.update_metadata(snapshot.id, {"agent_process": None})
+
+
+def run_agent(
+    engine: LoopEngine,
+    settings: RunSettings,
+    snapshot: LoopSnapshot,
+    cancel: threading.Event | None = None,
+) -> tuple[AgentRun, str]:
+    """Run the agent once on the iteration's prompt; its process is recorded with the loop
+    while it runs (see :func:`reap_orphaned_agent`). Returns what happened and the output to
+    submit."""
+
+    def record(pid: int) -> None:
+        started = process.start_time(pid)
+        agent = {"pgid": pid, "host": socket.gethostname(), "started": started}
+        engine.update_metadata(snapshot.id, {"agent_process": agent})
+
+    result = process.run(
+        settings.argv,
+        input=snapshot.current_prompt,
+        shell=settings.shell,
+        cwd=settings.workdir,
+        timeout=settings.agent_timeout,
+        max_output=settings.max_output,
+        keep="tail",
+        grace=5.0,
+        cancel=cancel,
+        on_start=record,
+        extra_env={
+            "LOOPWARDEN_LOOP_ID": snapshot.id,
+            "LOOPWARDEN_TASK_ID": snapshot.task_id,
+            "LOOPWARDEN_ITERATION": str(snapshot.iteration),
+            "LOOPWARDEN_MAX_ITERATIONS": str(snapshot.max_iterations),
+        },
+    )
+    with contextlib.suppress(LoopwardenError):
+        engine.update_metadata(snapshot.id, {"agent_process": None})
+    run = AgentRun(
+        exit_code=result.returncode,
+        duration=result.duration,
+        timed_out=result.timed_out,
+        error=result.error,
+        output_chars=len(result.stdout),
+        truncated=result.stdout_truncated,
+    )
+    return run, agent_output(result, settings.agent_timeout)
+
+
 # ----- the runner ---------------------------------------------------------------------------
 
 
@@ -576,32 +638,9 @@ class Runner:
             finally:
                 beat.stop()
 
-    def _reap_orphaned_agent(self, snapshot: LoopSnapshot) -> None:
-        """A driver killed mid-iteration leaves its agent running in its own session: stop it
-        before the iteration is handed out again, so two agents never work at once."""
-        agent = snapshot.metadata.get("agent_process")
-        if not isinstance(agent, dict) or agent.get("host") != socket.gethostname():
-            return
-        pgid = agent.get("pgid")
-        if isinstance(pgid, int) and process.kill_group_if_same(pgid, agent.get("started")):
-            get_logger().warning("orphaned_agent_killed", loop_id=snapshot.id, pgid=pgid)
-        self.engine.update_metadata(snapshot.id, {"agent_process": None})
-
-    def _record_agent(self, loop_id: str, pid: int) -> None:
-        self.engine.update_metadata(
-            loop_id,
-            {
-                "agent_process": {
-                    "pgid": pid,
-                    "host": socket.gethostname(),
-                    "started": process.start_time(pid),
-                }
-            },
-        )
-
     def _loop(self, before: LoopSnapshot, beat: _Heartbeat) -> LoopSnapshot:
         engine, loop_id = self.engine, before.id
-        self._reap_orphaned_agent(before)
+        reap_orphaned_agent(engine, before)
         snapshot = engine.resume(loop_id)
         if before.state in (State.VALIDATING, State.DECIDING) and snapshot.last_decision:
             self._done(snapshot, snapshot.last_decision, None)
@@ -613,7 +652,7 @@ class Runner:
             self.emit(
                 AgentStarted(loop_id, snapshot.iteration, snapshot.max_iterations, time.time())
             )
-            agent, output = self._run_agent(snapshot, beat.lost_event)
+            agent, output = run_agent(engine, self.settings, snapshot, beat.lost_event)
             self.emit(AgentFinished(loop_id, snapshot.iteration, snapshot.max_iterations, agent))
             if beat.lost is not None:
                 return self._after_lost_lease(loop_id, beat.lost)
@@ -632,40 +671,6 @@ class Runner:
         if snapshot.terminal:
             return snapshot
         raise StaleOwnerError(why)
-
-    def _run_agent(
-        self, snapshot: LoopSnapshot, cancel: threading.Event | None = None
-    ) -> tuple[AgentRun, str]:
-        s = self.settings
-        result = process.run(
-            s.argv,
-            input=snapshot.current_prompt,
-            shell=s.shell,
-            cwd=s.workdir,
-            timeout=s.agent_timeout,
-            max_output=s.max_output,
-            keep="tail",
-            grace=5.0,
-            cancel=cancel,
-            on_start=lambda pid: self._record_agent(snapshot.id, pid),
-            extra_env={
-                "LOOPWARDEN_LOOP_ID": snapshot.id,
-                "LOOPWARDEN_TASK_ID": snapshot.task_id,
-                "LOOPWARDEN_ITERATION": str(snapshot.iteration),
-                "LOOPWARDEN_MAX_ITERATIONS": str(snapshot.max_iterations),
-            },
-        )
-        with contextlib.suppress(LoopwardenError):
-            self.engine.update_metadata(snapshot.id, {"agent_process": None})
-        run = AgentRun(
-            exit_code=result.returncode,
-            duration=result.duration,
-            timed_out=result.timed_out,
-            error=result.error,
-            output_chars=len(result.stdout),
-            truncated=result.stdout_truncated,
-        )
-        return run, agent_output(result, s.agent_timeout)
 
     def _done(self, snapshot: LoopSnapshot, decision: Decision, agent: AgentRun | None) -> None:
         self.emit(

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from loopwarden import process
 from loopwarden.engine import LoopEngine
 from loopwarden.errors import (
     ConfigError,
@@ -53,9 +52,10 @@ from loopwarden.runner import (
     METADATA_KEY,
     RunLog,
     RunSettings,
-    agent_output,
     agent_rule,
     exit_code_for,
+    reap_orphaned_agent,
+    run_agent,
 )
 from loopwarden.store import Database
 
@@ -348,24 +348,10 @@ class _Slot:
             # Someone's own driver (API, MCP) owns this loop's iterations: leave it.
             return None
         runlog.write(f"iteration {snapshot.iteration}/{snapshot.max_iterations}: agent started")
-        result = process.run(
-            settings.argv,
-            input=snapshot.current_prompt,
-            shell=settings.shell,
-            cwd=settings.workdir,
-            timeout=settings.agent_timeout,
-            max_output=settings.max_output,
-            keep="tail",
-            grace=5.0,
-            extra_env={
-                "LOOPWARDEN_LOOP_ID": snapshot.id,
-                "LOOPWARDEN_TASK_ID": snapshot.task_id,
-                "LOOPWARDEN_ITERATION": str(snapshot.iteration),
-                "LOOPWARDEN_MAX_ITERATIONS": str(snapshot.max_iterations),
-            },
-        )
+        reap_orphaned_agent(engine, snapshot)
+        _agent, output = run_agent(engine, settings, snapshot)
         try:
-            decision = engine.submit(loop_id, agent_output(result, settings.agent_timeout))
+            decision = engine.submit(loop_id, output)
         except InvalidTransitionError:
             return engine.get(loop_id)  # moved on by someone else; look again
         runlog.write(
