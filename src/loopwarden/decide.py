@@ -63,6 +63,7 @@ def rule_feedback(report: ValidationReport) -> list[str]:
 
 def bound_feedback(items: Iterable[str], limit: int) -> tuple[str, ...]:
     """Keep feedback within ``limit`` characters in all, saying how much was left out."""
+
     def omitted(count: int) -> str:
         return f"({count} more feedback items omitted)"
 
