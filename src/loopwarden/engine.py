@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -380,6 +380,47 @@ class LoopEngine:
                     del self._pinned[loop_id]
                     with contextlib.suppress(Exception):
                         self._release(loop_id)
+
+    def claim(self, marker: str, *, skip: Collection[str] = ()) -> str | None:
+        """For workers: take the lease of the oldest runnable loop nobody holds, or None.
+
+        Runnable: ``validating`` or ``deciding`` (engine work), or ``initialized`` /
+        ``executing`` with ``marker`` in its metadata (an agent command a worker can run).
+        One short transaction (``FOR UPDATE SKIP LOCKED`` on PostgreSQL); when this returns
+        an id, the lease is this engine's, as after :meth:`hold`'s acquire. Loops in ``skip``
+        and unreadable loops are passed over.
+        """
+        now = time.time()
+        with self._lock, self.db.transaction():
+            rows = self.db.fetch_all(
+                "claim_loops",
+                {"agent_marker": marker, "now": now, "limit": 1 + len(skip), "offset": 0},
+            )
+            for candidate in rows:
+                loop_id = str(candidate["id"])
+                row = self.db.fetch_one("select_loop", {"id": loop_id})
+                if loop_id in skip or row is None:
+                    continue
+                try:
+                    loop = _Loop.from_row(row)
+                except CorruptRecordError as exc:
+                    self._log.warning("corrupt_loop_skipped", loop_id=loop_id, error=str(exc))
+                    continue
+                taken = self.db.execute(
+                    "acquire_lease",
+                    {
+                        "id_": loop_id,
+                        "seen_epoch": loop.epoch,
+                        "owner": self.owner,
+                        "expires": now + self.lease_ttl,
+                        "pid": os.getpid(),
+                        "host": _HOST,
+                    },
+                )
+                if taken == 1:
+                    self._held[loop_id] = replace(loop, epoch=loop.epoch + 1)
+                    return loop_id
+        return None
 
     def renew(self, loop_id: str) -> None:
         """Extend a held lease; StaleOwnerError if it was taken over meanwhile.

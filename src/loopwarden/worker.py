@@ -9,8 +9,8 @@ Each worker slot has its own engine (its own connection and owner id). A slot cl
 at a time in a short transaction (``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL; an
 IMMEDIATE transaction on SQLite) that reserves the loop's lease, then drives it step by step
 under the engine's lease and epoch fencing until it is terminal. One heartbeat thread per
-process renews every lease the process holds, on its own connection, so a long agent run or
-validation never lets a lease lapse while the process is alive.
+process renews every lease the process holds, so a long agent run or validation never lets a
+lease lapse while the process is alive.
 
 Failures: a worker that is stopped (SIGTERM, SIGINT) finishes the step it is in, releases its
 leases and exits. A worker that dies (SIGKILL, lost host) stops renewing; its loops are
@@ -40,6 +40,7 @@ from loopwarden.errors import (
     InvalidTransitionError,
     LeaseError,
     LoopwardenError,
+    StaleOwnerError,
     StoreError,
     UnresolvedReferenceError,
 )
@@ -57,7 +58,6 @@ from loopwarden.runner import (
     reap_orphaned_agent,
     run_agent,
 )
-from loopwarden.store import Database
 
 __all__ = ["AGENT_MARKER", "WorkerReport", "enqueue", "run_worker"]
 
@@ -140,22 +140,23 @@ class WorkerReport:
 
 
 class _Heartbeat:
-    """Renews every lease this process holds, on a connection of its own."""
+    """Renews every lease this process holds, from one thread, through each slot's engine.
 
-    def __init__(self, url: str, interval: float, ttl: float) -> None:
-        self.db = Database(url)
-        self.url = self.db.url
+    ``LoopEngine.renew`` waits only for the database lock, which a slot's transaction holds for
+    microseconds, so a slot running a long agent or validation never lets its lease lapse.
+    """
+
+    def __init__(self, interval: float) -> None:
         self.interval = interval
-        self.ttl = ttl
-        self._held: dict[str, str] = {}  # loop id -> owner
+        self._held: dict[str, LoopEngine] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loopwarden-heartbeat", daemon=True)
         self._thread.start()
 
-    def add(self, loop_id: str, owner: str) -> None:
+    def add(self, loop_id: str, engine: LoopEngine) -> None:
         with self._lock:
-            self._held[loop_id] = owner
+            self._held[loop_id] = engine
 
     def remove(self, loop_id: str) -> None:
         with self._lock:
@@ -165,31 +166,17 @@ class _Heartbeat:
         while not self._stop.wait(self.interval):
             with self._lock:
                 held = list(self._held.items())
-            for loop_id, owner in held:
+            for loop_id, engine in held:
                 try:
-                    with self.db.transaction():
-                        self.db.execute(
-                            "renew_owned",
-                            {"id_": loop_id, "owner": owner, "expires": time.time() + self.ttl},
-                        )
-                except Exception as exc:  # the slot finds out at its next fenced write
+                    engine.renew(loop_id)
+                except StaleOwnerError:
+                    self.remove(loop_id)  # the slot finds out at its next fenced write
+                except Exception as exc:
                     get_logger().warning("lease_renew_failed", loop_id=loop_id, error=str(exc))
-                    self._reconnect()
-                    break
-
-    def _reconnect(self) -> None:
-        with contextlib.suppress(Exception):
-            self.db.close()
-        try:
-            self.db = Database(self.url)
-        except Exception as exc:
-            get_logger().warning("heartbeat_reconnect_failed", error=str(exc))
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10.0)
-        with contextlib.suppress(Exception):
-            self.db.close()
 
 
 @dataclass
@@ -272,37 +259,20 @@ class _Slot:
         with shared.lock:
             shared.skip = {k: v for k, v in shared.skip.items() if v > now}
             skip = set(shared.skip)
-        db = self.engine.db
-        with db.transaction():
-            rows = db.fetch_all(
-                "claim_loops",
-                {"agent_marker": AGENT_MARKER, "now": now, "limit": 1 + len(skip), "offset": 0},
-            )
-            for row in rows:
-                if row["id"] in skip:
-                    continue
-                if not shared.budget():
-                    return None
-                taken = db.execute(
-                    "acquire_lease",
-                    {
-                        "id_": row["id"],
-                        "seen_epoch": row["lease_epoch"],
-                        "owner": self.owner,
-                        "expires": now + shared.lease_ttl,
-                        "pid": os.getpid(),
-                        "host": _HOST,
-                    },
-                )
-                if taken == 1:
-                    loop_id: str = row["id"]
-                    return loop_id
-                shared.count("loops_claimed", -1)
-        return None
+        if not shared.budget():
+            return None
+        try:
+            loop_id = self.engine.claim(AGENT_MARKER, skip=skip)
+        except BaseException:
+            shared.count("loops_claimed", -1)
+            raise
+        if loop_id is None:
+            shared.count("loops_claimed", -1)
+        return loop_id
 
     def _drive(self, loop_id: str) -> None:
         shared, log = self.shared, self.log.bind(loop_id=loop_id)
-        shared.heartbeat.add(loop_id, self.owner)
+        shared.heartbeat.add(loop_id, self.engine)
         log.info("loop_claimed", at=time.time())
         started = time.time()
         runlog = RunLog()
@@ -458,9 +428,9 @@ def run_worker(
     stop = stop or threading.Event()
     owner = f"worker:{_HOST}:{os.getpid()}"
     report = WorkerReport(owner=owner)
-    heartbeat = _Heartbeat(_url(db_url), interval=lease_ttl / 3, ttl=lease_ttl)
+    heartbeat = _Heartbeat(interval=lease_ttl / 3)
     shared = _Shared(
-        url=heartbeat.db.url,
+        url=_url(db_url),
         lease_ttl=lease_ttl,
         poll_interval=poll_interval,
         exit_when_idle=exit_when_idle,

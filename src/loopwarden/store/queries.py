@@ -230,14 +230,6 @@ claim_loops = (
     .with_for_update(skip_locked=True)
 )
 
-# A heartbeat renews a lease by owner alone: owner ids are unique, so the epoch it reads with
-# the owner is the one that owner holds.
-renew_owned = (
-    update(loops)
-    .where(loops.c.id == bindparam("id_"), loops.c.lease_owner == bindparam("owner"))
-    .values(lease_expires=bindparam("expires"))
-)
-
 get_meta = select(meta.c.value).where(meta.c.key == bindparam("key"))
 put_meta = insert(meta)
 
