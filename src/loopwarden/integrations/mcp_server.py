@@ -306,7 +306,6 @@ class LoopTools:
     def __init__(self, engine: LoopEngine) -> None:
         self.engine = engine
         # Notes from iteration_next, written into the agent context with the next output.
-        self._notes: dict[tuple[str, int], str] = {}
 
     # ----- finding loops -----------------------------------------------------------------
 
@@ -447,12 +446,6 @@ class LoopTools:
                 f"(iterationId {_iteration_id(snapshot.id, snapshot.iteration)})"
             )
         update = dict(agentContext or {})
-        note = self._notes.get((snapshot.id, snapshot.iteration))
-        if note is not None:
-            notes = snapshot.context.get(_NOTES_KEY)
-            notes = dict(notes) if isinstance(notes, Mapping) else {}
-            notes[str(snapshot.iteration)] = note
-            update[_NOTES_KEY] = notes
         decision = self.engine.submit(
             snapshot.id,
             agentOutput,
@@ -461,7 +454,6 @@ class LoopTools:
             draft_type=draftType,
             context=update,
         )
-        self._notes.pop((snapshot.id, snapshot.iteration), None)
         after = self.engine.get(snapshot.id)
         evidence = self._evidence(after, decision.iteration)
         report = evidence.report if evidence else ValidationReport()
@@ -537,7 +529,10 @@ class LoopTools:
                 "iteration; hand in its output with iteration_validate"
             )
         if notes is not None:
-            self._notes[(snapshot.id, snapshot.iteration)] = notes
+            kept = snapshot.context.get(_NOTES_KEY)
+            kept = dict(kept) if isinstance(kept, Mapping) else {}
+            kept[str(snapshot.iteration)] = notes
+            snapshot = self.engine.update_context(snapshot.id, {_NOTES_KEY: kept})
         cp = self.engine.checkpoint(snapshot.id, snapshot.seq)
         message = (
             f"Iteration {snapshot.iteration} of {snapshot.max_iterations} is running after "
@@ -549,8 +544,7 @@ class LoopTools:
             )
         if notes is not None:
             message += (
-                f" Notes kept; they enter agentContext.{_NOTES_KEY}"
-                f"[{snapshot.iteration}] with this iteration's output."
+                f" Notes stored in agentContext.{_NOTES_KEY}[{snapshot.iteration}] (durable)."
             )
         return {
             "taskId": snapshot.task_id,
