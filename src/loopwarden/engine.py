@@ -317,22 +317,23 @@ class LoopEngine:
                     "lease to expire, or block the loop to take it over"
                 )
         with self.db.transaction():
-            taken = self.db.execute(
-                "acquire_lease",
-                {
-                    "id_": loop_id,
-                    "seen_epoch": loop.epoch,
-                    "owner": self.owner,
-                    "expires": now + self.lease_ttl,
-                    "pid": os.getpid(),
-                    "host": _HOST,
-                },
-            )
+            taken = self.db.execute("acquire_lease", self._taking(loop, now))
         if taken != 1:
             raise LeaseHeldError(f"loop {loop_id} was taken by another owner just now; retry")
         loop = replace(loop, epoch=loop.epoch + 1)
         self._held[loop_id] = loop
         return loop
+
+    def _taking(self, loop: _Loop, now: float) -> JSON:
+        """The parameters that take a loop's lease at the epoch it was read with."""
+        return {
+            "id_": loop.id,
+            "seen_epoch": loop.epoch,
+            "owner": self.owner,
+            "expires": now + self.lease_ttl,
+            "pid": os.getpid(),
+            "host": _HOST,
+        }
 
     def _release(self, loop_id: str) -> None:
         loop = self._held.pop(loop_id, None)
@@ -406,18 +407,7 @@ class LoopEngine:
                 except CorruptRecordError as exc:
                     self._log.warning("corrupt_loop_skipped", loop_id=loop_id, error=str(exc))
                     continue
-                taken = self.db.execute(
-                    "acquire_lease",
-                    {
-                        "id_": loop_id,
-                        "seen_epoch": loop.epoch,
-                        "owner": self.owner,
-                        "expires": now + self.lease_ttl,
-                        "pid": os.getpid(),
-                        "host": _HOST,
-                    },
-                )
-                if taken == 1:
+                if self.db.execute("acquire_lease", self._taking(loop, now)) == 1:
                     self._held[loop_id] = replace(loop, epoch=loop.epoch + 1)
                     return loop_id
         return None
