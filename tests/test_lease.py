@@ -23,7 +23,8 @@ from loopwarden import (
     TerminalReason,
 )
 
-TTL = 0.5
+# Long enough that a busy CI machine does not expire a lease between two lines of a test.
+TTL = 1.0
 
 
 @pytest.fixture
@@ -262,13 +263,14 @@ class TestHeartbeatDuringValidation:
         from loopwarden import rules
 
         slow = rules.command("slow", [sys.executable, "-c", "import time; time.sleep(1.5)"])
-        with LoopEngine(url, lease_ttl=TTL, owner="slow-owner") as a, LoopEngine(url) as b:
+        short = 0.5
+        with LoopEngine(url, lease_ttl=short, owner="slow-owner") as a, LoopEngine(url) as b:
             loop = a.start("T", LoopConfig(max_iterations=5, rules=[slow]))
             stop = threading.Event()
             lost: list[Exception] = []
 
             def beat() -> None:
-                while not stop.wait(TTL / 4):
+                while not stop.wait(short / 4):
                     try:
                         a.renew(loop.id)
                     except StaleOwnerError as exc:
