@@ -666,14 +666,14 @@ class TestRunner:
         from loopwarden.runner import Runner
 
         settings = self.settings(
-            tmp_path, "import time; time.sleep(1.2); print('<promise>COMPLETE</promise>')"
+            tmp_path, "import time; time.sleep(2.5); print('<promise>COMPLETE</promise>')"
         )
-        with LoopEngine(db_url, lease_ttl=0.4) as engine, LoopEngine(db_url) as other:
+        with LoopEngine(db_url, lease_ttl=1.0) as engine, LoopEngine(db_url) as other:
             loop = engine.create("T", LoopConfig(), prompt="p", metadata=settings.metadata())
             errors: list[BaseException] = []
 
             def intrude() -> None:
-                time.sleep(0.8)
+                time.sleep(1.8)  # well past the TTL: only renewals keep the lease
                 try:
                     other.resume(loop.id)
                 except BaseException as exc:
