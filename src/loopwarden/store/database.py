@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
@@ -115,7 +116,7 @@ class Database:
         try:
             self.engine = self.backend.make_engine(self.url, create=create)
             self._pooled = self.engine.raw_connection()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, sqlite3.Error) as exc:
             raise self._classify(exc) from None
         self._driver: Any = self._pooled.driver_connection
         dialect = self.engine.dialect

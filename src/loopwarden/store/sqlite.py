@@ -6,6 +6,7 @@ Only engine set-up and error classification live here; the SQL is in ``queries``
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,24 @@ def database_path(url: str) -> Path | None:
     return Path(database)
 
 
+def _set_wal(connection: sqlite3.Connection) -> None:
+    """Switch to WAL, waiting out other connections doing the same on a new file.
+
+    Changing the journal mode needs the file to itself, and SQLite may answer "database is
+    locked" at once rather than through the busy handler when several processes open a new
+    database together; so retry for as long as the busy timeout would have waited.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def make_engine(url: str, *, create: bool) -> Engine:
     path = database_path(url)
     if path is not None:
@@ -60,7 +79,7 @@ def make_engine(url: str, *, create: bool) -> Engine:
         dbapi_connection.isolation_level = None
         dbapi_connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if path is not None:
-            dbapi_connection.execute("PRAGMA journal_mode = WAL")
+            _set_wal(dbapi_connection)
         dbapi_connection.execute("PRAGMA synchronous = NORMAL")
 
     @event.listens_for(engine, "begin")
