@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import Phase, settings
+from hypothesis import strategies as st
 
 from loopwarden import Decision, Evidence, LoopConfig, Signal
 from loopwarden.testing import LoopHarness
@@ -29,6 +30,9 @@ TestEngineUnderTheHarness = DefaultHarness.TestCase
 class NeverCompletes(LoopHarness):
     """A property that is false: the harness must find a completing loop."""
 
+    def output_strategy(self) -> st.SearchStrategy[str]:
+        return st.just("all done <promise>COMPLETE</promise>")
+
     def check_decision(self, decision: Decision, evidence: Evidence) -> None:
         assert decision.signal is not Signal.COMPLETE, "a loop completed"
 
@@ -38,7 +42,11 @@ class TestTheHarnessCatchesViolations:
         """A subclass whose property does not hold makes its TestCase fail."""
         # Finding the counterexample is the point; shrinking it would only cost time.
         NeverCompletes.TestCase.settings = settings(
-            max_examples=60, stateful_step_count=10, database=None, phases=[Phase.generate]
+            max_examples=60,
+            stateful_step_count=10,
+            database=None,
+            phases=[Phase.generate],
+            derandomize=True,
         )
         with pytest.raises(AssertionError, match="a loop completed"):
             NeverCompletes.TestCase("runTest").runTest()
