@@ -53,10 +53,8 @@ from loopwarden.runner import (
     AgentStarted,
     ExitCode,
     IterationDone,
-    Outcome,
     RunEvent,
     RunFinished,
-    RunLog,
     Runner,
     RunSettings,
     RunStarted,
@@ -64,6 +62,7 @@ from loopwarden.runner import (
     agent_rule,
     event_lines,
     exit_code_for,
+    fire_completion_hooks,
 )
 
 __all__ = ["app", "main"]
@@ -485,30 +484,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _payload(
-    engine: LoopEngine, outcome: Outcome, settings: RunSettings, log: RunLog
-) -> dict[str, Any]:
-    scores: list[float] = []
-    with contextlib.suppress(Exception):
-        scores = engine.scores(outcome.loop_id)[-100:]
-    return completion.build_payload(
-        loop_id=outcome.loop_id,
-        task_id=outcome.task_id,
-        status=outcome.status,
-        terminal_reason=outcome.terminal_reason.value if outcome.terminal_reason else None,
-        reason=outcome.reason,
-        exit_code=int(outcome.exit_code),
-        iterations=outcome.iterations,
-        max_iterations=outcome.max_iterations,
-        started_at=outcome.started_at,
-        finished_at=outcome.finished_at,
-        score_history=scores,
-        agent_command=settings.agent_name,
-        git_branch=completion.git_branch(settings.workdir),
-        log=log.text(),
-    )
-
-
 def _drive(
     engine: LoopEngine, loop_id: str, settings: RunSettings, *, as_json: bool, resumed: bool
 ) -> NoReturn:
@@ -526,25 +501,7 @@ def _drive(
     except LeaseHeldError as exc:
         engine.close()
         _fail(str(exc), ExitCode.BUSY, as_json=as_json)
-    # A terminal outcome fires the completion hooks once: the loop's metadata records the
-    # checkpoint they fired for, so a run killed between the end and the hooks fires them
-    # on resume, and a resume of a loop whose hooks already fired does not fire them again.
-    snapshot = outcome.snapshot
-    fired_for = snapshot.metadata.get("completion_hooks_fired_seq") if snapshot else None
-    terminal = snapshot is not None and snapshot.terminal
-    if not (terminal and snapshot is not None and fired_for == snapshot.seq):
-        payload = _payload(engine, outcome, settings, runner.log)
-        completion.fire(
-            payload,
-            scripts=settings.on_complete,
-            webhooks=settings.webhooks,
-            timeout=settings.hook_timeout,
-            cwd=settings.workdir,
-            warn=_warn,
-        )
-        if terminal and snapshot is not None:
-            with contextlib.suppress(LoopwardenError):
-                engine.update_metadata(snapshot.id, {"completion_hooks_fired_seq": snapshot.seq})
+    fire_completion_hooks(engine, outcome, settings, runner.log, _warn)
     engine.close()
     raise typer.Exit(int(outcome.exit_code))
 

@@ -219,6 +219,30 @@ def _state(value: str, where: str) -> State:
         raise CorruptRecordError(f"{where}: {exc}") from None
 
 
+def _hook_context(
+    loop: _Loop,
+    submission: Submission,
+    report: ValidationReport,
+    promises: tuple[Promise, ...],
+    phase: State,
+) -> HookContext:
+    """What a stop hook sees of one iteration."""
+    return HookContext(
+        task_id=loop.task_id,
+        loop_id=loop.id,
+        iteration=submission.iteration,
+        phase=phase.value,
+        agent_output=submission.output,
+        files_modified=submission.files_modified,
+        validation_results=report.results,
+        promises=promises,
+        draft_content=submission.draft,
+        draft_type=submission.draft_type,
+        max_iterations=loop.config.max_iterations,
+        context=loop.context,
+    )
+
+
 class _Fenced(Exception):
     """Raised inside a write transaction whose fenced UPDATE matched no row."""
 
@@ -455,14 +479,7 @@ class LoopEngine:
         dest = machine.step(loop.id, loop.state, trigger, **machine_kwargs)
         now = time.time()
         new = replace(loop, state=dest, seq=loop.seq + 1, updated_at=now, **changes)
-        params = new.columns()
-        params.update(
-            id_=loop.id,
-            owner_=self.owner,
-            epoch_=loop.epoch,
-            old_seq_=loop.seq,
-            lease_expires=now + self.lease_ttl,
-        )
+        params = self._fenced(loop, new, now)
         checkpoint = self._checkpoint_row(loop.id, new.seq, dest, new.iteration, trigger, data, now)
         try:
             with self.db.transaction():
@@ -482,6 +499,19 @@ class LoopEngine:
             loop, new, trigger, signal, new.reason if dest.terminal else data.get("reason"), started
         )
         return new
+
+    def _fenced(self, loop: _Loop, new: _Loop, now: float) -> JSON:
+        """The parameters of ``update_loop``: ``new``'s columns, applied only if we still
+        hold the lease at our epoch and the row is still at ``loop``'s checkpoint."""
+        params = new.columns()
+        params.update(
+            id_=loop.id,
+            owner_=self.owner,
+            epoch_=loop.epoch,
+            old_seq_=loop.seq,
+            lease_expires=now + self.lease_ttl,
+        )
+        return params
 
     def _checkpoint_row(
         self,
@@ -781,20 +811,7 @@ class LoopEngine:
         hooks, _validators = self.hooks.resolved(loop.task_id)
         if not any(enabled for *_rest, enabled in hooks):
             return None, []
-        context = HookContext(
-            task_id=loop.task_id,
-            loop_id=loop.id,
-            iteration=loop.iteration,
-            phase=State.VALIDATING.value,
-            agent_output=submission.output,
-            files_modified=submission.files_modified,
-            validation_results=report.results,
-            promises=promises,
-            draft_content=submission.draft,
-            draft_type=submission.draft_type,
-            max_iterations=loop.config.max_iterations,
-            context=loop.context,
-        )
+        context = _hook_context(loop, submission, report, promises, State.VALIDATING)
         evaluation = evaluate_hooks(hooks, context)
         result = evaluation.result
         names = {hook_id: name for hook_id, name, _hook, _enabled in hooks}
@@ -846,21 +863,8 @@ class LoopEngine:
         )
         report = evaluate_all(loop.config.rules, submission)
         hooks, _validators = self.hooks.resolved(loop.task_id)
-        context = HookContext(
-            task_id=loop.task_id,
-            loop_id=loop.id,
-            iteration=max(loop.iteration, 1),
-            phase=loop.state.value,
-            agent_output=output,
-            files_modified=tuple(files_modified),
-            validation_results=report.results,
-            promises=tuple(detect_promises(output, loop.config.promise_words)),
-            draft_content=draft,
-            draft_type=draft_type,
-            max_iterations=loop.config.max_iterations,
-            context=loop.context,
-        )
-        return evaluate_hooks(hooks, context)
+        promises = tuple(detect_promises(output, loop.config.promise_words))
+        return evaluate_hooks(hooks, _hook_context(loop, submission, report, promises, loop.state))
 
     def _latest_output(self, loop: _Loop) -> JSON:
         """The data of the latest ``validating`` checkpoint (empty when none yet)."""
@@ -1111,14 +1115,7 @@ class LoopEngine:
         returned with the new loop.
         """
         touched = 0
-        params = new.columns()
-        params.update(
-            id_=loop.id,
-            owner_=self.owner,
-            epoch_=loop.epoch,
-            old_seq_=loop.seq,
-            lease_expires=time.time() + self.lease_ttl,
-        )
+        params = self._fenced(loop, new, time.time())
         with self.db.transaction():
             if self.db.execute("update_loop", params) != 1:
                 self._held.pop(loop.id, None)

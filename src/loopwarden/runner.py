@@ -36,6 +36,7 @@ from loopwarden.errors import (
     LoopwardenError,
     StaleOwnerError,
 )
+from loopwarden.hooks import completion
 from loopwarden.logs import get_logger
 from loopwarden.model import (
     Decision,
@@ -609,12 +610,12 @@ class Runner:
             with self._held(loop_id) as beat:
                 before = self.engine.get(loop_id)
                 if before.terminal:
-                    outcome = self._finished(before, started, already=True)
+                    outcome = outcome_of(before, started, already=True)
                     self.emit(RunFinished(outcome))
                     return outcome
                 self.emit(RunStarted(before, resumed, self.settings.agent_name))
                 snapshot = self._loop(before, beat)
-                outcome = self._finished(snapshot, started)
+                outcome = outcome_of(snapshot, started)
         except LeaseHeldError:
             raise
         except KeyboardInterrupt as exc:
@@ -700,25 +701,6 @@ class Runner:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def _finished(
-        self, snapshot: LoopSnapshot, started: float, *, already: bool = False
-    ) -> Outcome:
-        code = exit_code_for(snapshot)
-        return Outcome(
-            loop_id=snapshot.id,
-            task_id=snapshot.task_id,
-            status=snapshot.state.value if snapshot.terminal else "failed",
-            exit_code=code,
-            terminal_reason=snapshot.terminal_reason,
-            reason=snapshot.reason,
-            iterations=decided(snapshot),
-            max_iterations=snapshot.max_iterations,
-            started_at=started,
-            finished_at=time.time(),
-            snapshot=snapshot,
-            already_finished=already,
-        )
-
     def _stopped(
         self, loop_id: str, started: float, status: str, code: ExitCode, detail: str
     ) -> Outcome:
@@ -739,6 +721,76 @@ class Runner:
             snapshot=snapshot,
             error=None if status == "interrupted" else detail,
         )
+
+
+def outcome_of(snapshot: LoopSnapshot, started: float, *, already: bool = False) -> Outcome:
+    """The outcome of a run that left the loop in ``snapshot``'s state."""
+    return Outcome(
+        loop_id=snapshot.id,
+        task_id=snapshot.task_id,
+        status=snapshot.state.value if snapshot.terminal else "failed",
+        exit_code=exit_code_for(snapshot),
+        terminal_reason=snapshot.terminal_reason,
+        reason=snapshot.reason,
+        iterations=decided(snapshot),
+        max_iterations=snapshot.max_iterations,
+        started_at=started,
+        finished_at=time.time(),
+        snapshot=snapshot,
+        already_finished=already,
+    )
+
+
+HOOKS_FIRED_KEY = "completion_hooks_fired_seq"
+
+
+def fire_completion_hooks(
+    engine: LoopEngine,
+    outcome: Outcome,
+    settings: RunSettings,
+    log: RunLog,
+    warn: Callable[[str], None],
+) -> None:
+    """Tell the completion hooks how a run ended; a terminal outcome only once.
+
+    The loop's metadata records the checkpoint the hooks fired for, so a driver killed
+    between the end and its hooks leaves them to the next one (``resume``, a worker), and a
+    driver that finds them fired does not fire them again. Failures only warn.
+    """
+    snapshot = outcome.snapshot
+    terminal = snapshot is not None and snapshot.terminal
+    if snapshot is not None and terminal and snapshot.metadata.get(HOOKS_FIRED_KEY) == snapshot.seq:
+        return
+    scores: list[float] = []
+    with contextlib.suppress(LoopwardenError):
+        scores = engine.scores(outcome.loop_id)[-100:]
+    payload = completion.build_payload(
+        loop_id=outcome.loop_id,
+        task_id=outcome.task_id,
+        status=outcome.status,
+        terminal_reason=outcome.terminal_reason.value if outcome.terminal_reason else None,
+        reason=outcome.reason,
+        exit_code=int(outcome.exit_code),
+        iterations=outcome.iterations,
+        max_iterations=outcome.max_iterations,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        score_history=scores,
+        agent_command=settings.agent_name,
+        git_branch=completion.git_branch(settings.workdir),
+        log=log.text(),
+    )
+    completion.fire(
+        payload,
+        scripts=settings.on_complete,
+        webhooks=settings.webhooks,
+        timeout=settings.hook_timeout,
+        cwd=settings.workdir,
+        warn=warn,
+    )
+    if snapshot is not None and terminal:
+        with contextlib.suppress(LoopwardenError):
+            engine.update_metadata(snapshot.id, {HOOKS_FIRED_KEY: snapshot.seq})
 
 
 def decided(snapshot: LoopSnapshot) -> int:

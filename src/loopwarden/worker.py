@@ -44,7 +44,6 @@ from loopwarden.errors import (
     StoreError,
     UnresolvedReferenceError,
 )
-from loopwarden.hooks import completion
 from loopwarden.hooks.command import CommandHooks
 from loopwarden.logs import get_logger
 from loopwarden.model import LoopConfig, LoopSnapshot, State
@@ -54,7 +53,8 @@ from loopwarden.runner import (
     RunLog,
     RunSettings,
     agent_rule,
-    exit_code_for,
+    fire_completion_hooks,
+    outcome_of,
     reap_orphaned_agent,
     run_agent,
 )
@@ -346,33 +346,12 @@ class _Slot:
             return
         if settings is None or not (settings.on_complete or settings.webhooks):
             return
-        scores: list[float] = []
-        with contextlib.suppress(LoopwardenError):
-            scores = [r.score for r in self.engine.history(snapshot.id)][-100:]
-        decided = snapshot.last_decision.iteration if snapshot.last_decision else 0
-        payload = completion.build_payload(
-            loop_id=snapshot.id,
-            task_id=snapshot.task_id,
-            status=snapshot.state.value,
-            terminal_reason=snapshot.terminal_reason.value if snapshot.terminal_reason else None,
-            reason=snapshot.reason,
-            exit_code=int(exit_code_for(snapshot)),
-            iterations=decided,
-            max_iterations=snapshot.max_iterations,
-            started_at=started,
-            finished_at=time.time(),
-            score_history=scores,
-            agent_command=settings.agent_name,
-            git_branch=completion.git_branch(settings.workdir),
-            log=runlog.text(),
-        )
-        completion.fire(
-            payload,
-            scripts=settings.on_complete,
-            webhooks=settings.webhooks,
-            timeout=settings.hook_timeout,
-            cwd=settings.workdir,
-            warn=lambda text: self.log.warning("completion_hook_failed", detail=text),
+        fire_completion_hooks(
+            self.engine,
+            outcome_of(snapshot, started),
+            settings,
+            runlog,
+            lambda text: self.log.warning("completion_hook_failed", detail=text),
         )
 
 

@@ -129,21 +129,14 @@ class Database:
             self.close()
             raise
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.backend is sqlite
-
     def _classify(self, exc: BaseException) -> StoreError:
         found: StoreError | None = self.backend.classify(exc, self.url)
-        return found or StoreError(f"database error on {self._safe_url()}: {exc}")
-
-    def _safe_url(self) -> str:
-        scheme, _, rest = self.url.partition("://")
-        return f"{scheme}://{rest.split('@')[-1]}"
+        return found or StoreError(f"database error on {self.safe_url()}: {exc}")
 
     def safe_url(self) -> str:
         """The URL without its credentials, for messages."""
-        return self._safe_url()
+        scheme, _, rest = self.url.partition("://")
+        return f"{scheme}://{rest.split('@')[-1]}"
 
     def schema_version(self) -> int | None:
         """The schema version the database records; None when it has no loopwarden tables."""
@@ -162,13 +155,13 @@ class Database:
         """
         found = self.schema_version()
         if found is not None and found > SCHEMA_VERSION:
-            raise migrations.newer_error(found, self._safe_url())
+            raise migrations.newer_error(found, self.safe_url())
         if found == SCHEMA_VERSION:
             return
         if found is None and not create:
-            raise StoreError(f"{self._safe_url()} is not a loopwarden database")
+            raise StoreError(f"{self.safe_url()} is not a loopwarden database")
         try:
-            migrations.run_migrations(self.engine, self.backend, self._safe_url())
+            migrations.run_migrations(self.engine, self.backend, self.safe_url())
         except SQLAlchemyError as exc:
             raise self._classify(exc) from None
 
