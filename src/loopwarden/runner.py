@@ -757,6 +757,8 @@ def fire_completion_hooks(
     between the end and its hooks leaves them to the next one (``resume``, a worker), and a
     driver that finds them fired does not fire them again. Failures only warn.
     """
+    if not (settings.on_complete or settings.webhooks):
+        return
     snapshot = outcome.snapshot
     terminal = snapshot is not None and snapshot.terminal
     if snapshot is not None and terminal and snapshot.metadata.get(HOOKS_FIRED_KEY) == snapshot.seq:

@@ -344,7 +344,7 @@ class _Slot:
             settings = RunSettings.of(snapshot)
         except ConfigError:
             return
-        if settings is None or not (settings.on_complete or settings.webhooks):
+        if settings is None:
             return
         fire_completion_hooks(
             self.engine,
